@@ -1,0 +1,27 @@
+"""Configuration of the eval stage and of tracking (the other stages' sections live with their packages)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EvalStageConfig:
+    # Policy turns per eval problem (the evaluator's feedback is appended between turns).
+    turns: int = 2
+    # fast_p thresholds, exactly KernelBench's list.
+    p_values: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+    # Evaluate at most this many eval problems (0 = all).
+    limit: int = 0
+    # Greedy decoding for eval (sampling is for RL rollouts).
+    greedy: bool = True
+    # Use the skill library at eval time (ablation switch: false = no skill injection).
+    use_skills: bool = True
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    # MLflow experiment that holds pipeline runs.
+    experiment: str = "davinci-kernel"
+    # "" = $MLFLOW_TRACKING_URI if set, else the project's own SQLite store (mlruns/mlflow.db).
+    tracking_uri: str = ""

@@ -1,0 +1,1 @@
+"""placeholder docstring replaced by the package owner."""
