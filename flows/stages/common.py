@@ -1,0 +1,67 @@
+"""What every stage flow does: load the profile, open its child run, run cached tasks, log outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from artifacts.home import Home
+from artifacts.mlflow_logger import replay_metrics
+from artifacts.refs import StageOutputs
+from artifacts.store import TrackingStore
+from davinci.config import Profile
+from flows.console import say
+from flows.context import ProfileRef, open_store, upstream_outputs
+
+
+@dataclass(frozen=True)
+class StageEnv:
+    stage: str
+    profile: Profile
+    store: TrackingStore
+    parent_run_id: str
+    home: Home
+
+    @classmethod
+    def open(cls, stage: str, profile: str, overrides: Sequence[str], parent_run_id: str) -> "StageEnv":
+        loaded = ProfileRef(profile, tuple(overrides)).load()
+        return cls(stage, loaded, open_store(loaded), parent_run_id, Home.current())
+
+    def inputs(self, given: Mapping[str, Any] | None, needed: Sequence[str]) -> dict[str, StageOutputs]:
+        """Upstream outputs: those handed in by the pipeline, else the parent run's finished stages."""
+        if given:
+            return {k: StageOutputs.from_dict(v) if isinstance(v, dict) else v for k, v in given.items()}
+        return upstream_outputs(self.store, self.parent_run_id, needed)
+
+    def run_ref(self, run_id: str) -> dict[str, str]:
+        return {
+            "tracking_uri": self.store.location.tracking_uri,
+            "experiment": self.store.experiment_name,
+            "run_id": run_id,
+        }
+
+    def say(self, message: str) -> None:
+        say(self.stage, message)
+
+
+def run_cached(env: StageEnv, task: Any, force: bool, run_id: str | None = None, **params: Any) -> tuple[StageOutputs, bool]:
+    """Call a cached task; recompute when forced or when a cached result's files are gone.
+
+    Returns (outputs, cached). When cached, the task's mirrored metrics are replayed into `run_id`.
+    """
+    call = task.with_options(refresh_cache=True) if force else task
+    extra = {"run_ref": env.run_ref(run_id)} if run_id and "run_ref" in task.fn.__code__.co_varnames else {}
+    state = call(return_state=True, **params, **extra)
+    outputs = StageOutputs.from_dict(state.result())
+    cached = state.name == "Cached"
+    if cached and not outputs.exists():
+        env.say(f"{task.name}: cached result's files are gone; recomputing")
+        state = task.with_options(refresh_cache=True)(return_state=True, **params, **extra)
+        outputs, cached = StageOutputs.from_dict(state.result()), False
+    if cached:
+        env.say(f"{task.name}: already done, reusing {outputs.dir}")
+        metrics = Path(outputs.dir) / "metrics.jsonl"
+        if run_id and metrics.exists():
+            replay_metrics(env.store, run_id, metrics)
+    return outputs, cached

@@ -1,0 +1,61 @@
+"""Cache keys and work folders for tasks.
+
+A key hashes the task name, its parameters (minus those named in `exclude`, e.g. run ids), and the source
+of the code packages the task runs: editing `davinci/llm` invalidates the SFT task but not the data task.
+The work folder of a task run is `.davinci/work/<task>/<key>`: deterministic, so a retry or an interrupted
+rerun finds its partial output there.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from artifacts.home import Home
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=None)
+def code_hash(scopes: tuple[str, ...]) -> str:
+    """Hash of every .py/.txt/.json/.yaml file under the given project folders (sorted, content-based)."""
+    h = hashlib.sha256()
+    for scope in sorted(scopes):
+        base = PROJECT_ROOT / scope
+        candidates = [base] if base.is_file() else base.rglob("*")
+        files = sorted(p for p in candidates if p.is_file() and p.suffix in {".py", ".txt", ".json", ".yaml"})
+        for path in files:
+            if "__pycache__" in path.parts:
+                continue
+            h.update(str(path.relative_to(PROJECT_ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def params_hash(params: Mapping[str, Any], exclude: Iterable[str] = ()) -> str:
+    skip = set(exclude)
+    payload = {k: v for k, v in params.items() if k not in skip}
+    blob = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def task_key(task_name: str, params: Mapping[str, Any], scopes: tuple[str, ...], exclude: Iterable[str] = ()) -> str:
+    return f"{task_name}-{params_hash(params, exclude)}-{code_hash(scopes)}"
+
+
+def cache_key_fn(scopes: tuple[str, ...], exclude: tuple[str, ...] = ("run_id",)) -> Callable[[Any, dict], str]:
+    """A Prefect `cache_key_fn` over the task's parameters and code scopes."""
+
+    def fn(context: Any, parameters: dict[str, Any]) -> str:
+        return task_key(context.task.name, parameters, scopes, exclude)
+
+    return fn
+
+
+def work_dir(task_name: str, params: Mapping[str, Any], scopes: tuple[str, ...], exclude: Iterable[str] = ("run_id",)) -> Path:
+    folder = Home.current().work / task_name / task_key(task_name, params, scopes, exclude)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -1,0 +1,51 @@
+"""Helpers shared by tasks: JSONL I/O, loading problems, building config sections, live metric logging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+from davinci.config.loader import build
+from davinci.tracking import MetricLogger
+from davinci.types import Problem
+
+
+def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
+    with Path(path).open() as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
+def write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    count = 0
+    with tmp.open("w") as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+            count += 1
+    tmp.replace(path)
+    return count
+
+
+def load_problems(path: str | Path) -> list[Problem]:
+    return [Problem.from_dict(d) for d in read_jsonl(path)]
+
+
+def section(cls: type, raw: Mapping[str, Any], name: str) -> Any:
+    return build(cls, dict(raw), name)
+
+
+def task_logger(run_ref: Mapping[str, str] | None, mirror: Path, prefix: str = "") -> MetricLogger:
+    """Live MLflow logging into the flow's run when `run_ref` is given; always mirrored to `mirror`."""
+    from artifacts.mlflow_logger import JsonlLogger, MlflowLogger
+    from artifacts.store import StoreLocation, TrackingStore
+
+    if not run_ref:
+        return JsonlLogger(mirror)
+    store = TrackingStore(StoreLocation(run_ref["tracking_uri"], None), run_ref["experiment"])
+    mirror.parent.mkdir(parents=True, exist_ok=True)
+    return MlflowLogger(store, run_ref["run_id"], mirror=mirror, prefix=prefix)

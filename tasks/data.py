@@ -1,0 +1,25 @@
+"""Task of the data stage: problem splits, decontamination, diversity filter, role-tagged SFT examples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+
+from artifacts.refs import StageOutputs
+from davinci.config.data import DataConfig
+from tasks.caching import cache_key_fn, work_dir
+from tasks.common import section
+
+SCOPES = ("data_prep", "davinci/config", "davinci/agents", "davinci/skills", "davinci/types.py")
+
+
+@task(name="prepare-data", retries=1, retry_delay_seconds=2, cache_key_fn=cache_key_fn(SCOPES), persist_result=True)
+def prepare_data(data_cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Build train/eval problem splits and SFT examples into a folder keyed by the inputs."""
+    from data_prep import run_data_stage
+
+    out = work_dir("prepare-data", {"data_cfg": data_cfg, "seed": seed}, SCOPES)
+    result = run_data_stage(section(DataConfig, data_cfg, "data"), out, seed)
+    files = {name: str(path.relative_to(out)) for name, path in result.files.items()}
+    return StageOutputs("data", str(out), files, dict(result.counts)).write().to_dict()
