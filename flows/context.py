@@ -58,7 +58,10 @@ def link_prefect_to_mlflow(store: TrackingStore, run_id: str, stage: str) -> Non
     """A link artifact on the current Prefect flow run pointing at the MLflow run (best effort)."""
     try:
         from prefect.artifacts import create_link_artifact
+        from prefect.context import FlowRunContext
 
+        if FlowRunContext.get() is None:  # called outside a flow (tests, scripts): nothing to link from
+            return None
         create_link_artifact(
             key=f"mlflow-{stage}",
             link=store.ui_url(run_id),
