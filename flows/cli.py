@@ -98,9 +98,9 @@ def _print_run_footer(profile, parent_run_id: str) -> None:
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
-    from flows.rerun import resolve_rerun
+    from flows.context import resolve_rerun
 
-    parent, _ = resolve_rerun(args.name, args.from_run, args.overrides)  # bad run id / key fails before Prefect
+    parent, _ = resolve_rerun(args.from_run, args.overrides)  # bad run id / key fails before Prefect
     from flows.context import open_store
     from flows.rerun import rerun_stage_flow
     from davinci.config import load_profile

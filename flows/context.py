@@ -122,6 +122,15 @@ def profile_ref_of(store: TrackingStore, run_id: str) -> tuple[str, ProfileRef]:
     return run_id, ProfileRef(tags.get("profile", "tiny"), overrides)
 
 
+def resolve_rerun(from_run_id: str, overrides: Sequence[str]) -> tuple[str, ProfileRef]:
+    """The pipeline run and profile a stage rerun uses; checks the run and the overrides before any work."""
+    store = open_store(load_profile("tiny"))
+    parent, ref = profile_ref_of(store, from_run_id)
+    ref = ProfileRef(ref.name, ref.overrides + tuple(overrides))
+    ref.load()
+    return parent, ref
+
+
 @contextmanager
 def stage_run(store: TrackingStore, parent_run_id: str, stage: str, profile: Profile,
               extra_tags: dict[str, str] | None = None) -> Iterator[str]:

@@ -13,18 +13,8 @@ from typing import Any, Sequence
 
 from prefect import flow
 
-from davinci.config import load_profile
-from flows.context import ProfileRef, open_store, profile_ref_of, upstream_outputs
+from flows.context import open_store, resolve_rerun, upstream_outputs
 from flows.stages import STAGE_FLOWS, STAGE_INPUTS
-
-
-def resolve_rerun(stage: str, from_run_id: str, overrides: Sequence[str]) -> tuple[str, ProfileRef]:
-    """Check everything a rerun needs (run exists, overrides valid) before any work starts."""
-    store = open_store(load_profile("tiny"))
-    parent, ref = profile_ref_of(store, from_run_id)
-    ref = ProfileRef(ref.name, ref.overrides + tuple(overrides))
-    ref.load()
-    return parent, ref
 
 
 @flow(name="rerun-stage")
@@ -33,7 +23,7 @@ def rerun_stage_flow(stage: str, from_run_id: str, overrides: Sequence[str] = ()
         from davinci.errors import UnknownName
 
         raise UnknownName("stage", stage, list(STAGE_FLOWS))
-    parent, ref = resolve_rerun(stage, from_run_id, overrides)
+    parent, ref = resolve_rerun(from_run_id, overrides)
     store = open_store(ref.load())
     upstream = upstream_outputs(store, parent, STAGE_INPUTS[stage])
     result = STAGE_FLOWS[stage](
