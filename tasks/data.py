@@ -15,11 +15,14 @@ SCOPES = ("data_prep", "davinci/config", "davinci/agents", "davinci/skills", "da
 
 
 @task(name="prepare-data", retries=1, retry_delay_seconds=2, cache_key_fn=cache_key_fn(SCOPES), persist_result=True)
-def prepare_data(data_cfg: dict[str, Any], seed: int) -> dict[str, Any]:
-    """Build train/eval problem splits and SFT examples into a folder keyed by the inputs."""
-    from data_prep import run_data_stage
+def prepare_data(data_cfg: dict[str, Any], seed: int, select_k: int, bm25_top_k: int) -> dict[str, Any]:
+    """Build train/eval problem splits, the filter report and SFT examples into a folder keyed by the inputs."""
+    from data_prep.stage import run_data_stage
 
-    out = work_dir("prepare-data", {"data_cfg": data_cfg, "seed": seed}, SCOPES)
-    result = run_data_stage(section(DataConfig, data_cfg, "data"), out, seed)
-    files = {name: str(path.relative_to(out)) for name, path in result.files.items()}
+    params = {"data_cfg": data_cfg, "seed": seed, "select_k": select_k, "bm25_top_k": bm25_top_k}
+    out = work_dir("prepare-data", params, SCOPES)
+    result = run_data_stage(section(DataConfig, data_cfg, "data"), out, seed, select_k=select_k, bm25_top_k=bm25_top_k)
+    paths = {"train": result.train_path, "eval": result.eval_path, "sft": result.sft_path, "report": result.report_path,
+             "report_csv": result.table_csv_path, "report_md": result.table_md_path, "manifest": result.manifest_path}
+    files = {name: str(path.relative_to(out)) for name, path in paths.items()}
     return StageOutputs("data", str(out), files, dict(result.counts)).write().to_dict()

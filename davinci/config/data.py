@@ -1,4 +1,8 @@
-"""Configuration of the data stage: problem sources, eval split, decontamination, diversity filter, SFT data."""
+"""Configuration of the data stage: problem sources, eval split, decontamination, diversity filter, SFT data.
+
+Defaults are the tiny CPU profile: the built-in suite only, its default held-out problems as the eval split.
+`data_prep.stage.run_data_stage(cfg, out_dir, seed)` is the engine that reads this section.
+"""
 
 from __future__ import annotations
 
@@ -21,11 +25,14 @@ class DataConfig:
     kernelbench_levels: tuple[int, ...] = (1, 2, 3)
     # Cap on KernelBench problems per level (0 = all).
     kernelbench_limit: int = 0
+    # Synthesized problems (op chains composed by data_prep.synthesis); 0 = none. Each costs ~0.3 s here.
     synthetic_count: int = 0
+    # Check every synthesized problem's generated fused Triton solution in the interpreter before keeping it.
+    synthetic_verify: bool = True
     # Decontamination: a training problem whose similarity to any eval problem reaches this is dropped.
     decontam_threshold: float = 0.7
-    # Diversity filter: near-duplicates at or above this similarity are merged; at most `cluster_cap`
-    # problems per operator cluster are kept.
+    # Diversity filter: near-duplicates at or above this token-shingle Jaccard are dropped; at most
+    # `cluster_cap` problems per operator family are kept (0 = no cap).
     dedup_threshold: float = 0.9
     cluster_cap: int = 6
     # Optional raw SFT trajectories (JSONL of role-tagged messages) added to the generated SFT examples.

@@ -21,7 +21,8 @@ def data_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_i
               upstream: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
     env = StageEnv.open("data", profile, overrides, parent_run_id)
     with stage_run(env.store, parent_run_id, "data", env.profile) as run_id:
-        out, _ = run_cached(env, prepare_data, force, data_cfg=to_dict(env.profile.data), seed=env.profile.seed)
+        out, _ = run_cached(env, prepare_data, force, data_cfg=to_dict(env.profile.data), seed=env.profile.seed,
+                            select_k=env.profile.skills.select_k, bm25_top_k=env.profile.skills.bm25_top_k)
         _log_data(env, run_id, out)
         log_stage_outputs(env.store, run_id, out)
     env.say(", ".join(f"{k}={v}" for k, v in out.summary.items() if isinstance(v, (int, float))))
@@ -39,7 +40,6 @@ def _log_data(env: StageEnv, run_id: str, out: StageOutputs) -> None:
     for split in ("train", "eval"):
         if split in out.files:
             env.store.log_table(run_id, _problem_rows(out.path(split)), f"tables/{split}_problems.json")
-    if "drops" in out.files:
-        drops = json.loads(out.path("drops").read_text())
-        if drops:
-            env.store.log_table(run_id, drops, "tables/filter_drops.json")
+    drops = json.loads(out.path("report").read_text()).get("drops", [])
+    if drops:  # every problem the filters dropped, with the reason and the problem it matched
+        env.store.log_table(run_id, drops, "tables/filter_drops.json")

@@ -1,0 +1,3 @@
+"""Built-in problem files (KernelBench format), read as text by data_prep.builtin.
+
+A package only so that installs ship the files."""
