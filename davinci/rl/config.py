@@ -1,8 +1,18 @@
-"""Configuration of RL training: rewards, advantages, loss and optimizer."""
+"""Configuration of RL training: rewards, advantages, loss, optimizer, batching and checkpoints.
+
+Defaults are the tiny CPU profile. Names (`reward`, `advantage`, `loss`) are looked up in the registries
+of `davinci.rl.rewards`, `davinci.rl.advantages` and `davinci.rl.losses`; an unknown name raises
+`UnknownName` listing the valid ones when the epoch starts (not at profile load).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+def _default_agent_weights() -> dict[str, float]:
+    return {"policy": 1.0, "selection": 0.5, "summary": 0.5}
 
 
 @dataclass(frozen=True)
@@ -10,10 +20,64 @@ class RLConfig:
     epochs: int = 2
     # Problems per epoch (0 = all training problems).
     problems_per_epoch: int = 4
+    # Per-turn reward (davinci.rl.rewards.REWARDS): correct_plus_speedup (Dr. Kernel), kevin, sol, milestone.
     reward: str = "correct_plus_speedup"
+    # Advantage estimator (davinci.rl.advantages.ADVANTAGES): trloo, grpo, reinforce_baseline.
     advantage: str = "trloo"
     lr: float = 1e-4
     kl_coef: float = 0.0
     clip_ratio: float = 0.2
     grad_accum: int = 1
     max_grad_norm: float = 1.0
+
+    # --- rewards -------------------------------------------------------------------------------
+    # Weight of 1[correct] in correct_plus_speedup and sol.
+    w_correct: float = 0.5
+    # Weight of clip(speedup, 0, speedup_cap) in correct_plus_speedup (only when correct).
+    w_speedup: float = 0.5
+    # Upper clip of the speedup term (Dr. Kernel: 3.0; larger speedups are suspicious, not better).
+    speedup_cap: float = 3.0
+    # Weight of the kernel time-coverage term (Dr. Kernel: 0.5); 0 when the evaluator reports no coverage.
+    w_coverage: float = 0.0
+    # Weight of clip(%SOL / 100, 0, 1) in the sol reward.
+    w_sol: float = 1.0
+    # Which speedup the rewards read: vs PyTorch eager or vs torch.compile.
+    speedup_baseline: Literal["eager", "compile"] = "eager"
+    # Reward of a turn whose result carries any hack flag (always applied, whatever the reward).
+    hack_penalty: float = 0.0
+    # Discount of later turns' scores in the turn returns R_t = sum_k gamma^(k-t) s_k; None = the reward's
+    # own default (correct_plus_speedup and sol: 1.0 as Dr. Kernel; kevin: 0.4; milestone: 1.0).
+    gamma: float | None = None
+    # Summary agent (delayed credit, trained one epoch later): reward for an admitted skill, plus
+    # w_summary_use times the fraction of the next epoch's episodes that selected the skill.
+    w_summary_admit: float = 1.0
+    w_summary_use: float = 1.0
+
+    # --- loss ----------------------------------------------------------------------------------
+    # Policy loss (davinci.rl.losses.LOSSES): reinforce_clip (ratio-clipped; REINFORCE on-policy) or reinforce.
+    loss: str = "reinforce_clip"
+    # Upper clip of the ratio (1 + clip_ratio_high); 0 = symmetric (Dr. Kernel uses 0.2 / 0.28).
+    clip_ratio_high: float = 0.0
+    # KL estimator to the frozen reference model, used when kl_coef > 0 (k1 = log ratio, k3 = Schulman's).
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    # token: every trained token of an agent weighs the same; sequence: every generation weighs the same.
+    normalization: Literal["token", "sequence"] = "token"
+    # Loss weight of each agent; an agent's loss is normalized over its own tokens, then weighted.
+    agent_weights: dict[str, float] = field(default_factory=_default_agent_weights)
+    # Behaviour log-probs for the ratio: recompute with the trainer's model before the update
+    # (ratio = 1 up to float rounding on the first step) or take the backend's (recomputed when absent).
+    behaviour_logprobs: Literal["recompute", "backend"] = "recompute"
+
+    # --- optimizer and batching ----------------------------------------------------------------
+    # Generations per optimizer step (0 = all of the epoch's samples in one step).
+    batch_size: int = 8
+    # Passes over the epoch's samples (each pass reshuffles; later passes are off-policy, hence the clip).
+    update_passes: int = 1
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    # Save a resume checkpoint every this many optimizer steps inside the epoch (0 = only at the end).
+    checkpoint_every: int = 1
+    # Keep the optimizer state in the epoch checkpoint, so the next epoch continues AdamW exactly.
+    save_optimizer: bool = True
+    # Generations longer than this (prompt + response tokens) are skipped and counted (0 = model max).
+    max_train_tokens: int = 0

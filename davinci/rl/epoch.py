@@ -1,0 +1,357 @@
+"""The RL epoch driver: `run_rl_epoch(EpochInputs) -> EpochOutputs`, called by the lead's Prefect rl task.
+
+One epoch, in order (each phase leaves files in `output_dir`, so a retried task picks up where it died):
+  1. rollouts   load the backbone (`Backbone.load`), build the backend (`make_backend`), run the agents'
+                episodes (`run_episodes`, evaluate_fn = kernelgym `evaluate_batch`), rewards -> per-agent
+                advantages -> samples, score behaviour (and reference) log-probs; write the rollout files
+                (see `rollout.py`). Skipped when `rollout_meta.json` exists.
+  2. update     the seeded sample plan, `run_updates` with a resume checkpoint in `_resume/` every
+                `rl.checkpoint_every` steps; a retry resumes from it, bit-exactly.
+  3. save       `checkpoint/` (transformers folder via `Backbone.save` + `trainer_state.pt`), `steps.jsonl`,
+                then `epoch_outputs.json` last. A re-run on a complete folder returns the saved outputs
+                without loading anything (idempotent); `_resume/` is removed once the epoch is complete.
+
+Delayed summary credit: pass the previous epoch's output folder and the skills stage's decisions
+(`credit.write_admissions`); its stored summary generations are trained now (see `credit.py`).
+
+    out = run_rl_epoch(EpochInputs(checkpoint_dir="runs/sft/checkpoint", output_dir="runs/rl/epoch_000",
+                                   skill_store_root=".davinci/skills", library_version="latest",
+                                   problems="runs/data/train.jsonl", profile=load_profile("tiny"), epoch=0))
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from davinci.config import Profile
+from davinci.errors import ConfigError, InputNotFound, MalformedInput
+from davinci.rl import rollout as ro
+from davinci.rl.advantages import ADVANTAGES
+from davinci.rl.checkpoint import Progress, load_resume, load_trainer_state, load_trainer_state_meta, save_trainer_state
+from davinci.rl.credit import delayed_summary_rewards, read_admissions
+from davinci.rl.losses import LOSSES
+from davinci.rl.rewards import REWARDS
+from davinci.rl.samples import PendingSummary, TrainSample, build_samples, summary_samples, to_pending
+from davinci.rl.trainer import make_optimizer, plan_updates, run_updates
+from davinci.tracking import MetricLogger, NullLogger
+from davinci.types import Problem
+
+OUTPUTS_FILE, STEPS_FILE, RESUME_DIR, CHECKPOINT_DIR = "epoch_outputs.json", "steps.jsonl", "_resume", "checkpoint"
+
+
+@dataclass(frozen=True)
+class EpochInputs:
+    """Everything one epoch needs: paths and plain values (plus the logger the task builds)."""
+
+    checkpoint_dir: str  # model to start from: the SFT checkpoint, or the previous epoch's checkpoint/
+    output_dir: str  # this epoch's folder (created; also holds mid-epoch resume state)
+    skill_store_root: str
+    library_version: int | str  # a version number or "latest" (resolved and recorded)
+    problems: tuple[Problem, ...] | str  # the training problems, or a JSONL path of Problem.to_dict()
+    profile: Profile
+    epoch: int
+    previous_epoch_dir: str = ""  # the previous epoch's output_dir: its pending summaries get trained now
+    admissions_path: str = ""  # JSONL of the skills stage's decisions on those summaries' skills
+    # frozen KL reference when rl.kl_coef > 0; "" = the checkpoint RL started from (recorded in each
+    # epoch's trainer_state.pt, so epoch 0's input, typically the SFT checkpoint, stays the anchor)
+    reference_dir: str = ""
+    device: str = "auto"
+    logger: MetricLogger | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class EpochTiming:
+    generation_s: float = 0.0  # inside backend.generate
+    evaluation_s: float = 0.0  # inside the evaluate function (kernelgym)
+    rollout_other_s: float = 0.0  # the rest of run_episodes (retrieval, parsing, prompts)
+    scoring_s: float = 0.0  # behaviour / reference log-prob passes
+    update_s: float = 0.0  # optimizer steps (this run of the update phase)
+    total_s: float = 0.0
+    generated_tokens: int = 0
+    generation_tokens_per_s: float = 0.0
+    train_tokens: int = 0
+    train_tokens_per_s: float = 0.0
+    steps: int = 0
+    evaluations: int = 0
+
+
+@dataclass(frozen=True)
+class EpochOutputs:
+    epoch: int
+    output_dir: str
+    checkpoint_dir: str  # load the next epoch (or eval) from here
+    rollouts_path: str
+    samples_path: str
+    candidates_path: str  # input of the skills stage: {"episode_id", "problem_id", "epoch", "skill"}
+    pending_summaries_path: str  # pass output_dir as the next epoch's previous_epoch_dir
+    steps_path: str  # one JSON line of metrics per optimizer step ({"step": global_step, ...})
+    library_version: int
+    global_step: int  # optimizer steps since RL began, after this epoch
+    metrics: dict[str, float]
+    timing: EpochTiming
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpochOutputs":
+        known = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in d.items() if k in known}, "timing": EpochTiming(**d["timing"])})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def load_problems(problems: Sequence[Problem] | str) -> list[Problem]:
+    if not isinstance(problems, str):
+        return list(problems)
+    path = Path(problems)
+    if not path.exists():
+        raise InputNotFound(f"no problems file {path}", "pass the data stage's train JSONL or a list of Problem")
+    try:
+        return [Problem.from_dict(r) for r in ro.read_jsonl(path)]
+    except (TypeError, KeyError, json.JSONDecodeError) as exc:
+        raise MalformedInput(f"{path} is not a JSONL of Problem.to_dict() rows ({exc})", "regenerate it with the data stage") from None
+
+
+def _check_config(profile: Profile) -> None:
+    """Fail before any work on a wrong registry name (UnknownName lists the valid ones) or agent weight."""
+    REWARDS.get(profile.rl.reward)
+    ADVANTAGES.get(profile.rl.advantage)
+    LOSSES.get(profile.rl.loss)
+    missing = sorted({"selection", "policy", "summary"} - set(profile.rl.agent_weights))
+    if missing:
+        raise ConfigError(
+            f"rl.agent_weights has no weight for {', '.join(missing)} (a --set of one key replaces the whole mapping)",
+            "give all three: --set 'rl.agent_weights={policy: 1.0, selection: 0.5, summary: 0.5}'",
+        )
+
+
+def _load_pending(inputs: EpochInputs) -> list[PendingSummary]:
+    """The previous epoch's summaries; none without admission decisions (an unknown reward is not 0)."""
+    if not inputs.previous_epoch_dir or not inputs.admissions_path:
+        return []
+    return [PendingSummary.from_dict(r) for r in ro.read_jsonl(Path(inputs.previous_epoch_dir) / ro.PENDING)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Phase 1: rollouts
+
+
+def _run_episodes(problems: list[Problem], library: Any, backend: Any, profile: Profile, epoch: int, evaluate_fn: Any) -> list[Any]:
+    from davinci.agents import run_episodes
+
+    return run_episodes(problems, library, backend, profile, epoch=epoch, group_size=profile.agents.group_size, greedy=False, evaluate_fn=evaluate_fn)
+
+
+def _evaluate_fn(profile: Profile) -> Any:
+    from davinci.kernelgym import evaluate_batch
+
+    gym = profile.gym
+
+    def evaluate(items: Sequence[Any], *args: Any, **kwargs: Any) -> list[Any]:
+        """kernelgym.evaluate_batch with the profile's GymConfig (a config the caller passes wins)."""
+        return evaluate_batch(items, *(args or (gym,)), **kwargs)
+
+    return evaluate
+
+
+def _agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
+    """The agents package's own episode metrics (parse failures and tokens per agent, solve rates)."""
+    from davinci.agents import episode_metrics
+
+    return {k.replace("/", "_"): float(v) for k, v in episode_metrics(episodes).items()}
+
+
+def _make_backend(backbone: Any, profile: Profile) -> Any:
+    from davinci.llm.backends import make_backend
+
+    return make_backend(backbone, profile.model)
+
+
+def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any) -> dict[str, Any]:
+    profile, cfg = inputs.profile, inputs.profile.rl
+    problems = ro.select_problems(load_problems(inputs.problems), cfg, seed=profile.seed, epoch=inputs.epoch)
+    backend = ro.TimedBackend(_make_backend(backbone, profile), lambda t: len(backbone.encode_text(t)))
+    evaluate = ro.TimedCall(_evaluate_fn(profile))
+    _seed_everything(profile.seed, inputs.epoch)
+    t0 = time.perf_counter()
+    episodes = _run_episodes(problems, library, backend, profile, inputs.epoch, evaluate)
+    rollout_s = time.perf_counter() - t0
+    pending = _load_pending(inputs)
+    admissions = read_admissions(inputs.admissions_path) if inputs.admissions_path else []
+    summary_r = delayed_summary_rewards(pending, admissions, episodes, cfg)
+    samples, rewards, counts = build_samples(episodes, cfg, backbone, pending, summary_r)
+    ref = _reference_model(inputs, backbone) if cfg.kl_coef > 0 else None
+    micro = max(1, -(-max(cfg.batch_size, 1) // max(cfg.grad_accum, 1)))
+    scored = ro.score_all(backbone.model, samples, summary_samples(episodes, backbone, cfg), pad_id=backbone.pad_token_id, micro_batch=micro, ref_model=ref)
+    del ref
+    ro.write_jsonl(out / ro.ROLLOUTS, ro.rollout_rows(episodes, rewards, scored.samples))
+    digest = ro.write_jsonl(out / ro.SAMPLES, [s.to_dict() for s in scored.samples])
+    ro.write_jsonl(out / ro.PENDING, [p.to_dict() for p in to_pending(episodes, scored.summaries)])
+    ro.write_jsonl(out / ro.CANDIDATES, ro.candidate_rows(episodes))
+    metrics = {**ro.rollout_metrics(episodes, rewards, scored.samples), **counts, **_agent_metrics(episodes)}
+    metrics["summary_reward_mean"] = sum(summary_r) / len(summary_r) if summary_r else 0.0
+    metrics["summaries_credited"] = float(len(summary_r))
+    timing = {
+        "generation_s": backend.seconds,
+        "evaluation_s": evaluate.seconds,
+        "rollout_other_s": max(rollout_s - backend.seconds - evaluate.seconds, 0.0),
+        "scoring_s": scored.scoring_s,
+        "generated_tokens": backend.tokens,
+        "evaluations": evaluate.items,
+    }
+    meta = {"samples_digest": digest, "library_version": library.version, "metrics": metrics, "timing": timing}
+    _write_json(out / ro.META, meta)  # last: its presence marks the rollout phase complete
+    return meta
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.replace(path)
+
+
+def _seed_everything(seed: int, epoch: int) -> None:
+    """Seed python, numpy and torch from (profile seed, epoch): a rerun of the rollouts samples the same."""
+    derived = int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+    random.seed(derived)
+    np.random.seed(derived)
+    torch.manual_seed(derived)
+
+
+def _reference_dir(inputs: EpochInputs) -> str:
+    """The KL anchor: as given, else the one the input checkpoint records (where RL started), else it."""
+    if inputs.reference_dir:
+        return inputs.reference_dir
+    return str(load_trainer_state_meta(Path(inputs.checkpoint_dir)).get("reference_dir") or inputs.checkpoint_dir)
+
+
+def _reference_model(inputs: EpochInputs, backbone: Any) -> Any:
+    from davinci.llm.backbone import Backbone
+
+    ref = Backbone.load(_reference_dir(inputs), inputs.profile.model, backbone.device)
+    ref.model.eval()
+    return ref.model
+
+
+# ---------------------------------------------------------------------------------------------------
+# Phase 2 + 3: update and save
+
+
+class _StepFile:
+    """A MetricLogger that forwards to the task's logger and appends every step to steps.jsonl."""
+
+    def __init__(self, path: Path, inner: MetricLogger) -> None:
+        self.path, self.inner = path, inner
+
+    def log_metrics(self, metrics: Any, step: int) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps({"step": step, **{k: float(v) for k, v in metrics.items()}}) + "\n")
+        self.inner.log_metrics(metrics, step=step)
+
+    def log_params(self, params: Any) -> None:
+        self.inner.log_params(params)
+
+    def log_artifact(self, local_path: Any, artifact_path: str | None = None) -> None:
+        self.inner.log_artifact(local_path, artifact_path)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.inner.log_text(text, artifact_file)
+
+
+def _dedup_steps(path: Path) -> list[dict[str, Any]]:
+    """Steps repeated after a resume (between the last checkpoint and the crash) keep their last record."""
+    by_step = {int(r["step"]): r for r in ro.read_jsonl(path)}
+    rows = [by_step[s] for s in sorted(by_step)]
+    ro.write_jsonl(path, rows)
+    return rows
+
+
+def _update_phase(inputs: EpochInputs, backbone: Any, optimizer: Any, start_step: int, meta: dict[str, Any], out: Path, logger: MetricLogger) -> tuple[list[dict[str, float]], Progress]:
+    cfg = inputs.profile.rl
+    samples_path = out / ro.SAMPLES
+    samples = [TrainSample.from_dict(r) for r in ro.read_jsonl(samples_path)]
+    digest = ro.file_digest(samples_path)
+    progress = load_resume(out / RESUME_DIR, backbone.model, optimizer)
+    if progress is not None and progress.samples_digest != digest:
+        raise MalformedInput(f"{out / RESUME_DIR} was written for other samples than {samples_path}", f"delete {out} and rerun the epoch")
+    if progress is None:
+        plan = plan_updates(len(samples), cfg, seed=inputs.profile.seed, epoch=inputs.epoch)
+        progress = Progress.start(inputs.epoch, start_step, plan, library_version=str(meta["library_version"]), samples_digest=digest)
+    step_logger = _StepFile(out / STEPS_FILE, logger)
+    return run_updates(backbone.model, optimizer, samples, progress, cfg, pad_id=backbone.pad_token_id, logger=step_logger, resume_dir=out / RESUME_DIR, desc=f"rl epoch {inputs.epoch}")
+
+
+def _finish(inputs: EpochInputs, out: Path, meta: dict[str, Any], progress: Progress, t_update: float, t_start: float) -> EpochOutputs:
+    steps = _dedup_steps(out / STEPS_FILE) if (out / STEPS_FILE).exists() else []
+    train_tokens = int(sum(r.get("rl/tokens", 0.0) for r in steps))
+    tm = meta["timing"]
+    timing = EpochTiming(
+        generation_s=tm["generation_s"], evaluation_s=tm["evaluation_s"], rollout_other_s=tm["rollout_other_s"],
+        scoring_s=tm["scoring_s"], update_s=t_update, total_s=time.perf_counter() - t_start,
+        generated_tokens=int(tm["generated_tokens"]), generation_tokens_per_s=tm["generated_tokens"] / max(tm["generation_s"], 1e-9),
+        train_tokens=train_tokens, train_tokens_per_s=train_tokens / max(sum(r.get("rl/update_s", 0.0) for r in steps), 1e-9),
+        steps=len(steps), evaluations=int(tm["evaluations"]),
+    )  # fmt: skip
+    metrics = dict(meta["metrics"])
+    if steps:
+        last = steps[-1]
+        metrics.update({k[3:]: v for k, v in last.items() if k.startswith("rl/") and k[3:] in ("loss", "kl", "clip_frac", "grad_norm")})
+    return EpochOutputs(
+        epoch=inputs.epoch, output_dir=str(out), checkpoint_dir=str(out / CHECKPOINT_DIR),
+        rollouts_path=str(out / ro.ROLLOUTS), samples_path=str(out / ro.SAMPLES), candidates_path=str(out / ro.CANDIDATES),
+        pending_summaries_path=str(out / ro.PENDING), steps_path=str(out / STEPS_FILE),
+        library_version=int(meta["library_version"]), global_step=progress.global_step, metrics=metrics, timing=timing,
+    )  # fmt: skip
+
+
+def load_epoch_outputs(output_dir: str | Path) -> EpochOutputs | None:
+    """The saved outputs of a complete epoch folder, or None when the epoch has not finished."""
+    path = Path(output_dir) / OUTPUTS_FILE
+    return EpochOutputs.from_dict(json.loads(path.read_text())) if path.exists() else None
+
+
+def run_rl_epoch(inputs: EpochInputs) -> EpochOutputs:
+    """Rollouts -> rewards -> advantages -> update -> checkpoint; resumable, idempotent on a complete folder."""
+    done = load_epoch_outputs(inputs.output_dir)
+    if done is not None:
+        return done
+    from davinci.llm.backbone import Backbone
+    from davinci.skills import SkillStore
+
+    _check_config(inputs.profile)
+    t_start = time.perf_counter()
+    out = Path(inputs.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    logger = inputs.logger or NullLogger()
+    backbone = Backbone.load(inputs.checkpoint_dir, inputs.profile.model, inputs.device)
+    optimizer = make_optimizer(backbone.model, inputs.profile.rl)
+    state = load_trainer_state(Path(inputs.checkpoint_dir), optimizer)
+    if (out / ro.META).exists():
+        meta = json.loads((out / ro.META).read_text())
+    else:
+        library = SkillStore(inputs.skill_store_root).load(inputs.library_version)
+        meta = _rollout_phase(inputs, backbone, out, library)
+    t0 = time.perf_counter()
+    _, progress = _update_phase(inputs, backbone, optimizer, int(state["global_step"]), meta, out, logger)
+    t_update = time.perf_counter() - t0
+    backbone.save(out / CHECKPOINT_DIR)
+    opt = optimizer if inputs.profile.rl.save_optimizer else None
+    save_trainer_state(out / CHECKPOINT_DIR, opt, progress, reference_dir=_reference_dir(inputs))
+    outputs = _finish(inputs, out, meta, progress, t_update, t_start)
+    logger.log_metrics({f"rollout/{k}": v for k, v in outputs.metrics.items()}, step=progress.global_step)
+    logger.log_metrics({f"timing/{k}": float(v) for k, v in asdict(outputs.timing).items()}, step=progress.global_step)
+    _write_json(out / OUTPUTS_FILE, outputs.to_dict())
+    shutil.rmtree(out / RESUME_DIR, ignore_errors=True)
+    return outputs

@@ -1,0 +1,203 @@
+"""The rollout phase of an RL epoch: episodes -> rewards -> advantages -> scored samples, written to disk.
+
+`run_rollout_phase` runs the agents' episodes with the live backbone, times generation and evaluation
+separately (wrappers around the backend and the evaluate function), turns the episodes into training
+samples (`samples.build_samples`), scores behaviour log-probs with the current weights (and reference
+log-probs when `rl.kl_coef > 0`), and writes everything to the epoch's output folder. `rollout_meta.json`
+is written last: its presence means the phase is complete, so a retried epoch never regenerates (the
+rollouts are random; regenerating them would break exact resume of the update that follows).
+
+Files (JSONL = one JSON object per line):
+  rollouts.jsonl            {"episode": Episode.to_dict(), "rewards": {...}, "advantages": {key: A}}
+  samples.jsonl             TrainSample.to_dict() per trained generation (its digest pins the resume)
+  pending_summaries.jsonl   this epoch's summary generations, trained next epoch (delayed credit)
+  candidates.jsonl          {"episode_id", "problem_id", "epoch", "skill": Skill dict} for the skills stage
+  rollout_meta.json         timing, metrics, samples digest, library version
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from davinci.rl.config import RLConfig
+from davinci.rl.rewards import EpisodeRewards
+from davinci.rl.samples import TrainSample, with_logprobs
+from davinci.rl.trainer import score_samples
+
+ROLLOUTS, SAMPLES, PENDING, CANDIDATES, META = (
+    "rollouts.jsonl",
+    "samples.jsonl",
+    "pending_summaries.jsonl",
+    "candidates.jsonl",
+    "rollout_meta.json",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Timing wrappers (generation vs evaluation seconds, generated tokens)
+
+
+class TimedBackend:
+    """Wraps a `GenerationBackend`: same `generate`, plus seconds spent and tokens generated."""
+
+    def __init__(self, inner: Any, count_tokens: Callable[[str], int]) -> None:
+        self.inner = inner
+        self.count_tokens = count_tokens
+        self.seconds = 0.0
+        self.tokens = 0
+        self.calls = 0
+
+    def generate(self, prompts: Sequence[Any], sampling: Any) -> list[Any]:
+        t0 = time.perf_counter()
+        outs = self.inner.generate(prompts, sampling)
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
+        self.tokens += sum(len(o.response_ids) or self.count_tokens(o.text) for o in outs)
+        return outs
+
+    def __getattr__(self, name: str) -> Any:  # anything else the runner asks of the backend
+        return getattr(self.inner, name)
+
+
+class TimedCall:
+    """Wraps the evaluate function the episode runner calls: same call, plus seconds and items."""
+
+    def __init__(self, fn: Callable[..., list[Any]]) -> None:
+        self.fn = fn
+        self.seconds = 0.0
+        self.items = 0
+
+    def __call__(self, items: Sequence[Any], *args: Any, **kwargs: Any) -> list[Any]:
+        t0 = time.perf_counter()
+        try:
+            return self.fn(items, *args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+            self.items += len(items)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Files
+
+
+def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> str:
+    """Atomic JSONL write; returns the sha256 of the bytes written."""
+    blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(blob)
+    tmp.replace(path)
+    return hashlib.sha256(blob).hexdigest()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def select_problems(problems: Sequence[Any], cfg: RLConfig, *, seed: int, epoch: int) -> list[Any]:
+    """`cfg.problems_per_epoch` problems (0 = all), a seeded choice per epoch, in a stable order."""
+    k = cfg.problems_per_epoch
+    if k <= 0 or k >= len(problems):
+        return list(problems)
+    order = np.random.default_rng([seed, epoch, 7]).permutation(len(problems))[:k]
+    return [problems[int(i)] for i in sorted(order)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Metrics
+
+
+def rollout_metrics(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], samples: Sequence[TrainSample]) -> dict[str, float]:
+    """Reward / correctness / parse / hack statistics of the epoch's rollouts (all floats)."""
+    m: dict[str, float] = {"episodes": float(len(episodes)), "samples": float(len(samples))}
+    turns = [t for ep in episodes for t in ep.turns]
+    results = [t.result or {} for t in turns]
+    m["turns"] = float(len(turns))
+    m["compiled_rate"] = _rate(r.get("compiled") for r in results)
+    m["correct_rate"] = _rate(r.get("correct") for r in results)
+    m["flagged_rate"] = _rate(bool(r.get("flags")) for r in results)
+    m["no_code_rate"] = _rate(t.result is None for t in turns)
+    m["episode_solved_rate"] = _rate(any((t.result or {}).get("correct") for t in ep.turns) for ep in episodes)
+    m["reward_turn_mean"] = _mean(s for r in rewards for s in r.turn_scores)
+    m["reward_best_turn_mean"] = _mean(r.selection for r in rewards)
+    gens = [(t.generation.agent, t.generation.parse_ok) for t in turns]
+    gens += [(ep.selection.agent, ep.selection.parse_ok) for ep in episodes if ep.selection is not None]
+    gens += [(ep.summary.agent, ep.summary.parse_ok) for ep in episodes if ep.summary is not None]
+    for agent, n in Counter(a for a, _ in gens).items():
+        m[f"parse_fail_rate_{agent}"] = _rate(not ok for a, ok in gens if a == agent)
+        m[f"generations_{agent}"] = float(n)
+    for agent in sorted({s.agent for s in samples}):
+        mine = [s for s in samples if s.agent == agent]
+        m[f"return_mean_{agent}"] = _mean(s.ret for s in mine)
+        m[f"advantage_mean_{agent}"] = _mean(s.advantage for s in mine)
+        m[f"advantage_std_{agent}"] = float(np.std([s.advantage for s in mine]))
+    m["skill_candidates"] = float(sum(ep.skill_candidate is not None for ep in episodes))
+    m["skill_rejections"] = float(sum(bool(ep.skill_rejection) for ep in episodes))
+    return m
+
+
+def _rate(values: Any) -> float:
+    vals = [bool(v) for v in values]
+    return sum(vals) / len(vals) if vals else 0.0
+
+
+def _mean(values: Any) -> float:
+    vals = list(values)
+    return float(np.mean(vals)) if vals else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scoring and writing
+
+
+@dataclass(frozen=True)
+class ScoredRollout:
+    samples: list[TrainSample]  # trained this epoch (policy, selection, previous epoch's summaries)
+    summaries: list[TrainSample]  # this epoch's summary generations (scored, trained next epoch)
+    scoring_s: float
+
+
+def score_all(model: Any, samples: list[TrainSample], summaries: list[TrainSample], *, pad_id: int, micro_batch: int, ref_model: Any = None) -> ScoredRollout:
+    """Behaviour log-probs (current weights) where missing; reference log-probs when a ref model is given."""
+    t0 = time.perf_counter()
+    everything = samples + summaries
+    need = [i for i, s in enumerate(everything) if not s.old_logprobs]
+    old: list[list[float] | tuple[float, ...]] = [s.old_logprobs for s in everything]
+    for i, lp in zip(need, score_samples(model, [everything[i] for i in need], pad_id=pad_id, micro_batch=micro_batch)):
+        old[i] = lp
+    ref = score_samples(ref_model, everything, pad_id=pad_id, micro_batch=micro_batch) if ref_model is not None else None
+    scored = with_logprobs(everything, old, ref)
+    n = len(samples)
+    return ScoredRollout(scored[:n], scored[n:], time.perf_counter() - t0)
+
+
+def rollout_rows(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], samples: Sequence[TrainSample]) -> list[dict[str, Any]]:
+    """One row per episode: the episode, its rewards and the advantage of each of its trained generations."""
+    adv = {s.key: s.advantage for s in samples}
+    rows = []
+    for ep, r in zip(episodes, rewards):
+        prefix = f"{ep.episode_id}/"
+        mine = {k[len(prefix) :]: a for k, a in adv.items() if k.startswith(prefix)}
+        rows.append({"episode": ep.to_dict(), "rewards": r.to_dict(), "advantages": mine})
+    return rows
+
+
+def candidate_rows(episodes: Sequence[Any]) -> list[dict[str, Any]]:
+    return [
+        {"episode_id": ep.episode_id, "problem_id": ep.problem_id, "epoch": ep.epoch, "skill": ep.skill_candidate}
+        for ep in episodes
+        if ep.skill_candidate is not None
+    ]

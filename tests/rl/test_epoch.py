@@ -1,0 +1,212 @@
+"""The epoch driver end to end on a CPU: real tiny backbone, real generation backend, real skill store,
+real trainer and files; mid-epoch crash + resume equals the uninterrupted epoch; idempotent re-run;
+delayed summary credit in the next epoch.
+
+The episode runner is a local double (`fake_run_episodes`, same signature as davinci.agents.run_episodes):
+it generates every agent's output through the backend the driver built, and scores policy turns with a
+synthetic verdict computed from the generated ids instead of kernelgym (which would need minutes of
+Triton-interpreter evaluations per epoch here). The real runner + evaluator run in test_epoch_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+import davinci.rl.epoch as epoch_mod
+from davinci.config import profile_from_dict
+from davinci.llm.tiny import create_tiny_backbone
+from davinci.llm.types import Sampling
+from davinci.rl.credit import write_admissions
+from davinci.rl.epoch import EpochInputs, load_epoch_outputs, run_rl_epoch
+from davinci.tracking import MemoryLogger
+from davinci.types import Problem
+
+PROFILE = profile_from_dict(
+    {
+        "model": {"tiny_hidden": 32, "tiny_layers": 1, "tiny_heads": 2, "tiny_vocab": 300, "max_seq_len": 256},
+        "agents": {"group_size": 3, "turns": 2, "max_new_tokens": 6},
+        "rl": {"problems_per_epoch": 2, "batch_size": 4, "grad_accum": 2, "lr": 1e-2, "checkpoint_every": 1, "kl_coef": 0.05},
+    },
+    name="rl-test",
+)
+PROBLEMS = tuple(Problem(f"builtin/p{i}", "builtin", 1, f"p{i}", f"class Model: pass  # {i}") for i in range(3))
+
+
+def _seed(*parts: object) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def make_fake_runner(episode_types):
+    """Double of davinci.agents.run_episodes: real generations, synthetic verdicts, deterministic seeds."""
+    Generation, Turn, Episode = episode_types
+
+    def run(problems, library, backend, profile, *, epoch, group_size, greedy, evaluate_fn):
+        n, skills = profile.agents.max_new_tokens, [s.id for s in library.skills]
+        episodes = []
+        for p in problems:
+            for g in range(group_size):
+                eid = f"e{epoch}-{p.name}-{g}"
+
+                def gen(agent, text, k):
+                    msgs = ({"role": "user", "content": text},)
+                    out = backend.generate([msgs], Sampling(max_new_tokens=n, seed=_seed(eid, agent, k)))[0]
+                    return Generation(agent, msgs, out, True)
+
+                sel = gen("selection", f"choose skills for {p.code}", 0)
+                turns = []
+                for t in range(profile.agents.turns):
+                    g_t = gen("policy", f"write ModelNew for {p.code} attempt {t}", t)
+                    ids = g_t.output.response_ids
+                    # a verdict that depends on what was generated, so advantages are not all zero
+                    result = {"compiled": True, "correct": sum(ids) % 3 != 0, "flags": [], "speedup": 1.0 + (ids[0] % 4) / 2}
+                    turns.append(Turn(t, g_t, None, result))
+                solved = any(t.result["correct"] for t in turns)
+                summ = gen("summary", f"summarize {eid}", 0) if solved else None
+                cand = {"id": f"cand-{eid}"} if solved else None
+                chosen = (skills[g % len(skills)],)
+                episodes.append(Episode(eid, p.id, epoch, g, sel, tuple(skills), chosen, tuple(turns), summ, cand, None))
+        return episodes
+
+    return run
+
+
+@pytest.fixture
+def runner(episode_types, monkeypatch):
+    run = make_fake_runner(episode_types)
+
+    def call(problems, library, backend, profile, epoch, evaluate_fn):
+        return run(problems, library, backend, profile, epoch=epoch, group_size=profile.agents.group_size, greedy=False, evaluate_fn=evaluate_fn)
+
+    monkeypatch.setattr(epoch_mod, "_run_episodes", call)
+    monkeypatch.setattr(epoch_mod, "_evaluate_fn", lambda profile: (lambda items, *a, **k: []))
+    return run
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """An 'SFT' checkpoint of the tiny model and a skill store holding two skills."""
+    from davinci.skills import SkillStore
+    from davinci.skills.seed import SEED_DIR, load_seed_skill
+
+    root = tmp_path_factory.mktemp("world")
+    corpus = [p.code for p in PROBLEMS] + ["write ModelNew for class Model attempt choose skills summarize"] * 30
+    bb = create_tiny_backbone(corpus, PROFILE.model, seed=0)
+    bb.save(root / "sft")
+    store = SkillStore(root / "skills")
+    skills = [load_seed_skill(SEED_DIR / name) for name in ("triton-bias-gelu-residual", "triton-chunked-masked-cumsum")]
+    lib = store.commit(skills, parent=None, note="seed")
+    return root, lib.version
+
+
+def _inputs(world, out: Path, epoch: int = 0, ckpt: Path | None = None, **kw) -> EpochInputs:
+    root, version = world
+    return EpochInputs(
+        checkpoint_dir=str(ckpt or root / "sft"), output_dir=str(out), skill_store_root=str(root / "skills"),
+        library_version=version, problems=PROBLEMS, profile=PROFILE, epoch=epoch, device="cpu", **kw,
+    )  # fmt: skip
+
+
+def _weights(ckpt: str) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    state = load_file(str(Path(ckpt) / "model.safetensors"))
+    return torch.cat([state[k].flatten().float() for k in sorted(state)])
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAt(MemoryLogger):
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.step = step
+
+    def log_metrics(self, metrics, step):
+        if step == self.step and any(k.startswith("rl/") for k in metrics):
+            raise Crash(step)
+        super().log_metrics(metrics, step)
+
+
+def test_epoch_runs_resumes_exactly_and_is_idempotent(world, runner, tmp_path):
+    logger = MemoryLogger()
+    full = run_rl_epoch(_inputs(world, tmp_path / "full", logger=logger))
+    # files and numbers
+    n_samples = len(Path(full.samples_path).read_text().splitlines())
+    assert full.timing.steps == -(-n_samples // PROFILE.rl.batch_size)  # ceil: the last step may be short
+    rows = [json.loads(x) for x in Path(full.rollouts_path).read_text().splitlines()]
+    assert len(rows) == 2 * 3  # problems_per_epoch x group_size episodes
+    assert set(rows[0]["advantages"]) == {"policy/0", "policy/1", "selection/0"}
+    from davinci.agents.episode import Episode
+
+    assert Episode.from_dict(rows[0]["episode"]).episode_id == rows[0]["episode"]["episode_id"]  # JSONL round trip
+    steps = [json.loads(x) for x in Path(full.steps_path).read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(1, full.global_step + 1))
+    assert full.global_step == len(logger.series("rl/loss")) == full.timing.steps >= 4
+    assert full.timing.generation_s > 0 and full.timing.generated_tokens > 0 and full.timing.update_s > 0
+    assert not Path(full.output_dir, "_resume").exists()  # removed once the epoch is complete
+
+    # crash while logging step 3 (after step 2's checkpoint), then the task's retry on the same folder
+    with pytest.raises(Crash):
+        run_rl_epoch(_inputs(world, tmp_path / "crash", logger=CrashAt(3)))
+    assert Path(tmp_path / "crash" / "_resume" / "resume.pt").exists()
+    retry_logger = MemoryLogger()
+    resumed = run_rl_epoch(_inputs(world, tmp_path / "crash", logger=retry_logger))
+    assert Path(resumed.samples_path).read_bytes() == Path(full.samples_path).read_bytes()  # same rollouts
+    assert retry_logger.series("rl/loss")[0] == logger.series("rl/loss")[2]  # the loss of step 3, exactly
+    assert torch.equal(_weights(resumed.checkpoint_dir), _weights(full.checkpoint_dir))  # final weights
+    assert resumed.global_step == full.global_step
+
+    # idempotent: a complete folder returns its saved outputs without loading a model
+    again = run_rl_epoch(_inputs(world, tmp_path / "full", logger=MemoryLogger()))
+    assert again == full == load_epoch_outputs(full.output_dir)
+
+
+def test_next_epoch_trains_delayed_summaries(world, runner, tmp_path):
+    first = run_rl_epoch(_inputs(world, tmp_path / "e0"))
+    pending = [json.loads(x) for x in Path(first.pending_summaries_path).read_text().splitlines()]
+    candidates = [json.loads(x) for x in Path(first.candidates_path).read_text().splitlines()]
+    assert pending and len(pending) == len(candidates)
+    # the skills stage admits the first candidate under a library id the next epoch's episodes select
+    root, version = world
+    admitted = candidates[0]
+    write_admissions(tmp_path / "adm.jsonl", [{"skill_id": "s-new", "outcome": "admitted", "episode_id": admitted["episode_id"]}])
+    second = run_rl_epoch(
+        _inputs(world, tmp_path / "e1", epoch=1, ckpt=Path(first.checkpoint_dir), previous_epoch_dir=first.output_dir,
+                admissions_path=str(tmp_path / "adm.jsonl"))
+    )  # fmt: skip
+    samples = [json.loads(x) for x in Path(second.samples_path).read_text().splitlines()]
+    summ = {s["key"]: s for s in samples if s["agent"] == "summary"}
+    assert len(summ) == len(pending)
+    assert summ[f"{admitted['episode_id']}/summary/0"]["ret"] == 1.0  # admitted, not selected (no s-new in library)
+    assert all(s["ret"] == 0.0 for k, s in summ.items() if not k.startswith(admitted["episode_id"]))
+    assert second.global_step > first.global_step  # the global step continues across epochs
+    assert second.metrics["summaries_credited"] == len(pending)
+    # the KL anchor stays where RL started (the SFT checkpoint), not the previous epoch's weights
+    state = torch.load(Path(second.checkpoint_dir) / "trainer_state.pt", weights_only=False)
+    assert state["reference_dir"] == str(root / "sft") and state["library_version"] == str(version)
+    # without the skills stage's decisions the summaries' reward is unknown (not 0): they are not trained
+    blind = run_rl_epoch(_inputs(world, tmp_path / "e1b", epoch=1, ckpt=Path(first.checkpoint_dir), previous_epoch_dir=first.output_dir))
+    assert blind.metrics["summaries_credited"] == 0
+    assert not any(json.loads(x)["agent"] == "summary" for x in Path(blind.samples_path).read_text().splitlines())
+
+
+def test_unknown_names_fail_before_any_work(world, runner, tmp_path):
+    from dataclasses import replace
+
+    from davinci.errors import UnknownName
+
+    bad = replace(PROFILE, rl=replace(PROFILE.rl, advantage="gae"))
+    with pytest.raises(UnknownName, match="trloo"):
+        run_rl_epoch(replace(_inputs(world, tmp_path / "bad"), profile=bad))
+    assert not (tmp_path / "bad").exists()
+    from davinci.errors import ConfigError
+
+    partial = replace(PROFILE, rl=replace(PROFILE.rl, agent_weights={"policy": 1.0}))
+    with pytest.raises(ConfigError, match="selection, summary"):
+        run_rl_epoch(replace(_inputs(world, tmp_path / "bad"), profile=partial))
