@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -13,6 +14,7 @@ from artifacts.store import TrackingStore
 from davinci.config import Profile
 from flows.console import say
 from flows.context import ProfileRef, open_store, upstream_outputs
+from tasks.caching import params_hash
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,20 @@ class StageEnv:
 
     def say(self, message: str) -> None:
         say(self.stage, message)
+
+    def stage_dir(self, params: Mapping[str, Any], fresh: bool) -> Path:
+        """The stage's own folder, keyed by its inputs; `fresh` (a forced rerun) gets a new one, so work that
+        resumes from partial output (RL epochs, eval episodes) really starts again."""
+        key = params_hash(params)
+        if fresh:
+            key = f"{key}-{time.strftime('%Y%m%d-%H%M%S')}"
+        folder = self.home.work / f"stage-{self.stage}" / key
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @property
+    def skill_store(self) -> str:
+        return str(self.home.skills)
 
 
 def run_cached(env: StageEnv, task: Any, force: bool, run_id: str | None = None, **params: Any) -> tuple[StageOutputs, bool]:
