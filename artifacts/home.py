@@ -12,6 +12,7 @@ Layout under the home folder (`$DAVINCI_HOME`, else the checkout this code runs 
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,13 @@ def prepare_environment(home: Home, verbose: bool = False) -> None:
         "DAVINCI_CACHE_DIR": str(home.cache),
         "TOKENIZERS_PARALLELISM": "false",
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        "MLFLOW_LOGGING_LEVEL": "WARNING",
+        # transformers draws its load/save progress bars through huggingface_hub's switch.
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
         "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::DeprecationWarning"),
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
