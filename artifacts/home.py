@@ -76,7 +76,11 @@ def prepare_environment(home: Home, verbose: bool = False) -> None:
         # The first ephemeral-server start migrates a fresh SQLite DB: 15-75 s on slow boxes (default 20 s).
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_LOGGING_LEVEL": "INFO" if verbose else "WARNING",
+        # Prefect's loggers stay at INFO (its API / UI keeps flow and task logs); its console handler is
+        # quiet unless --verbose: the CLI prints its own progress and one line per error, and the full
+        # traceback of an internal error goes to .davinci/logs/last-error.log.
+        "PREFECT_LOGGING_LEVEL": "INFO",
+        "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "INFO" if verbose else "CRITICAL",
         "PREFECT_LOGGING_LOG_PRINTS": "false",
         "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
         "PREFECT_LOCAL_STORAGE_PATH": str(home.prefect / "storage"),
