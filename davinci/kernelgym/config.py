@@ -1,4 +1,9 @@
-"""Configuration of the kernel evaluator (kernelgym)."""
+"""Configuration of the kernel evaluator (kernelgym): one frozen dataclass, defaults = the tiny CPU profile.
+
+The h100 / paper-14b profiles override the timing fields (more repetitions, tighter CI) and turn on the
+torch.compile baseline; see the comments above each field. Secrets (the input-seed salt) never live here:
+they would end up in MLflow params. Set `DAVINCI_GYM_SECRET` in the environment for a stable salt.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,76 @@ from typing import Literal
 class GymConfig:
     # "auto" = cuda when a GPU is visible, else cpu (Triton interpreter; timings labelled CPU).
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Wall-clock limit for importing the candidate and building ModelNew (load_inline / Triton builds included).
     compile_timeout_s: float = 180.0
+    # Wall-clock limit for everything after the build: correctness trials, checks and timing.
     run_timeout_s: float = 120.0
+    # Correctness trials, each with fresh inputs; trial i uses distributions[i % len(distributions)].
     correctness_trials: int = 3
     # Baselines timed live next to the candidate: eager and/or torch.compile.
     baselines: tuple[Literal["eager", "compile"], ...] = ("eager", "compile")
     measure_performance: bool = True
-    # Named preset of hack checks (see kernelgym.checks).
+    # Named preset of hack checks ("strict", "default", "runtime", "none") or a comma list of check names
+    # (see kernelgym.checks; an unknown name raises and lists the valid ones).
     checks: str = "strict"
-    # Parallel evaluation workers (0 = one per visible GPU, or 2 on CPU).
+    # Parallel evaluation lanes (0 = one per visible GPU, or 2 on CPU).
     workers: int = 0
+
+    # --- correctness ---
+    # Input distributions cycled over the trials (kernelgym.inputs.DISTRIBUTIONS).
+    distributions: tuple[str, ...] = ("native", "scaled", "heavy_tail")
+    # Elementwise tolerance |out-ref| <= tol*max(1, rms(ref)) + tol*|ref| for fp32 (KernelBench's 1e-4) ...
+    tol_fp32: float = 1e-4
+    # ... and for fp16 / bf16 (KernelBench's 1e-2).
+    tol_half: float = 1e-2
+    # Where zeros (or a constant) would pass the elementwise test, also require ||out-ref|| <= this * ||ref||
+    # (or this * ||ref - mean(ref)||): trivial outputs score 1.0 here, honest kernels ~1e-6.
+    near_zero_rel_norm: float = 0.01
+    # Run trial 0 twice on differently poisoned memory; the two outputs must agree.
+    determinism_check: bool = True
+
+    # --- timing ---
+    # Warm-up calls before timing (each process, candidate and baselines alike).
+    warmup_reps: int = 2
+    # Stop when the 95% CI of every median is within this relative half-width ...
+    timing_ci_rel: float = 0.02
+    # ... with at least this many and at most this many timed calls per program ...
+    timing_min_reps: int = 5
+    timing_max_reps: int = 40
+    # ... or when the timing phase has used this many seconds (h100 profile: 0.01, 20, 200, 8.0).
+    timing_max_s: float = 2.0
+    # Input sets rotated through the timed calls (refreshed in place every round); 0 = as many as fit in
+    # a quarter of device memory, at most 4.
+    rotation_sets: int = 0
+    # Baselines timed interleaved with the candidate (A/B/A/B); the others come from the on-disk cache.
+    live_baselines: tuple[Literal["eager", "compile"], ...] = ("eager",)
+    # torch.compile on the CPU needs a C++ toolchain and ~10 s per problem: off unless asked for.
+    cpu_compile_baseline: bool = False
+    # L2 flush buffer written before every timed call (MiB).
+    l2_flush_mb: int = 256
+    # Run the candidate once under torch.profiler (GPU) to measure kernel time coverage and find decoys.
+    profile_coverage: bool = True
+
+    # --- sandbox ---
+    # "auto": CUDA IPC on the GPU (fallback to host copies if a probe fails), host copies on the CPU.
+    transport: Literal["auto", "ipc", "host"] = "auto"
+    # Run the candidate as this user when the evaluator runs as root, the transport is "host" (CUDA IPC needs
+    # the same user) and this user can read the Python installation. "" = never switch user.
+    sandbox_user: str = "nobody"
+    # New network namespace for the candidate (needs root; silently skipped otherwise).
+    network_isolation: bool = True
+    # Address-space limit of the candidate on the CPU (GiB; never applied with CUDA, which maps huge VA).
+    cpu_memory_limit_gb: float = 8.0
+    # Torch intra-op threads in the CPU workers (candidate and reference alike, for fair CPU timings).
+    cpu_threads: int = 1
+    # Keep a forked, initialised spare candidate process ready per lane.
+    spare_workers: bool = True
+    # Parallel CPU processes that pre-build load_inline candidates of a batch (0 = cores // 2, at most 8).
+    compile_workers: int = 0
+    # Folder for persistent caches (baselines, device ceilings, content-hashed builds);
+    # "" = $DAVINCI_HOME/kernelgym or ./.davinci/kernelgym.
+    cache_dir: str = ""
+
+    # --- speed of light ---
+    # Flag a candidate whose implied bandwidth or FLOP rate exceeds the measured ceiling by this factor.
+    roofline_margin: float = 1.5

@@ -1,0 +1,79 @@
+"""Baselines (eager and torch.compile of the reference): standalone measurement and the on-disk cache.
+
+Live baselines are timed interleaved with the candidate inside an evaluation (job.py). The others are
+measured once by `measure_program` in the trusted reference worker (fresh inputs every round, generated
+on the device outside the timed region; same `DeviceTimer` loop as the candidate) and cached per
+(problem code hash + shape overrides, device name, torch version, baseline name) by `DiskCache`:
+
+    cache = DiskCache(root); cache.get("baselines", key) / cache.put("baselines", key, value)
+
+Writes are atomic (temp file + rename), so concurrent lanes and interrupted runs never leave half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from davinci.kernelgym.stats import defended, should_stop
+
+
+class DiskCache:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, kind: str, key: str) -> Path:
+        return self.root / kind / f"{key}.json"
+
+    def get(self, kind: str, key: str) -> dict[str, Any] | None:
+        path = self._path(kind, key)
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, kind: str, key: str, value: dict[str, Any]) -> None:
+        path = self._path(kind, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(value, f)
+        os.replace(tmp, path)
+
+
+def cache_key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def measure_program(fn: Callable[..., Any], make_inputs: Callable[[int], Sequence[Any]], timer: Any, *,
+                    rotation: int, seed: int, warmup: int, rule: dict[str, Any]) -> dict[str, Any]:
+    """Time `fn` over rounds of `rotation` fresh input sets until `rule` says stop.
+
+    `rule` = {min_reps, max_reps, ci_rel, max_s}. Returns event ms, host ms, the timer overhead and the
+    defended samples (max(event, host - overhead) on the GPU, host on the CPU).
+    """
+    events: list[float] = []
+    hosts: list[float] = []
+    samples: list[float] = []
+    t0 = time.monotonic()
+    rnd = 0
+    while True:
+        sets = [list(make_inputs(seed * 7919 + rnd * rotation + j)) for j in range(max(1, rotation))]
+        if rnd == 0:
+            timer.warmup(fn, sets[0], warmup)
+            timer.calibrate()
+        ev, ho, _ = timer.time_calls(fn, sets, range(len(sets)), keep=False)
+        del sets
+        events += ev
+        hosts += ho
+        samples += defended(ev, ho, timer.overhead_ms, timer.cuda)
+        rnd += 1
+        if should_stop({"p": samples}, min_reps=rule["min_reps"], max_reps=rule["max_reps"],
+                       ci_rel=rule["ci_rel"], elapsed_s=time.monotonic() - t0, max_s=rule["max_s"]):
+            break
+    return {"event_ms": events, "host_ms": hosts, "overhead_ms": timer.overhead_ms, "samples": samples}

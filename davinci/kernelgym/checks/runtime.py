@@ -1,0 +1,145 @@
+"""Runtime hack checks: pure functions over the `Evidence` an evaluation gathered, each returning the reason
+it flags or None. Registered in `RUNTIME_CHECKS` by name.
+
+Where the evidence comes from (and who could forge it):
+- trusted side (reference worker / supervisor; the candidate cannot touch it): input mutation,
+  nondeterminism under different poison, wrong outputs of timed calls (replay), the supervisor's wall
+  clock around every timing round, the roofline, malformed or unauthenticated frames;
+- the harness inside the candidate's process (captured before the import; defence in depth): output
+  types, function identities, global flags, thread counts, Triton launches, profiler kernel names,
+  event vs host time of every call.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from davinci.kernelgym.backend import kernel_matches
+from davinci.registry import Registry
+
+
+@dataclass
+class Evidence:
+    backend: str = "torch"
+    kernel_names: tuple[str, ...] = ()
+    cuda: bool = False
+    launched: set[str] = field(default_factory=set)
+    profiler_kernels: list[tuple[str, float]] | None = None
+    mutated: list[str] = field(default_factory=list)
+    nondeterministic: str | None = None
+    subclass: str | None = None
+    patched: list[str] = field(default_factory=list)
+    state_changed: dict[str, Any] = field(default_factory=dict)
+    python_threads: tuple[int, int] | None = None      # (before the import, after everything)
+    timed_native_thread_growth: int = 0
+    timed_mismatch: str | None = None
+    reused_storage: int = 0
+    cand_event_ms: list[float] = field(default_factory=list)
+    cand_host_ms: list[float] = field(default_factory=list)
+    overhead_ms: float = 0.0
+    reported_ms: float | None = None
+    wall_estimate_ms: float | None = None
+    roofline: str | None = None
+    channel: str | None = None
+    timing_rounds: int = 0
+
+
+RUNTIME_CHECKS: Registry[Callable[[Evidence], str | None]] = Registry("runtime check")
+
+
+@RUNTIME_CHECKS.register("input_mutation")
+def input_mutation(ev: Evidence) -> str | None:
+    return f"the forward changed its input(s) {', '.join(ev.mutated)}" if ev.mutated else None
+
+
+@RUNTIME_CHECKS.register("nondeterminism")
+def nondeterminism(ev: Evidence) -> str | None:
+    if ev.nondeterministic:
+        return f"two calls on the same inputs over differently poisoned memory disagree: {ev.nondeterministic}"
+    return None
+
+
+@RUNTIME_CHECKS.register("output_subclass")
+def output_subclass(ev: Evidence) -> str | None:
+    return ev.subclass
+
+
+@RUNTIME_CHECKS.register("decoy_kernel")
+def decoy_kernel(ev: Evidence) -> str | None:
+    """A Triton/CUDA candidate none of whose kernels ran during forward (launch records or profiler)."""
+    if ev.backend not in ("triton", "cuda") or not ev.kernel_names:
+        return None
+    if any(kernel_matches(name, ev.kernel_names) for name in ev.launched):
+        return None
+    if ev.profiler_kernels is not None:
+        if any(kernel_matches(name, ev.kernel_names) for name, _ in ev.profiler_kernels):
+            return None
+    elif ev.backend == "cuda":
+        return None  # no profiler pass, no launch records for CUDA kernels: no evidence either way
+    return f"none of the candidate's kernels ({', '.join(ev.kernel_names[:4])}) ran during forward"
+
+
+@RUNTIME_CHECKS.register("patched_functions")
+def patched_functions(ev: Evidence) -> str | None:
+    return f"rebinds functions the evaluator relies on: {', '.join(ev.patched[:5])}" if ev.patched else None
+
+
+@RUNTIME_CHECKS.register("global_state")
+def global_state(ev: Evidence) -> str | None:
+    if ev.state_changed:
+        items = ", ".join(f"{k} {v[0]!r}->{v[1]!r}" for k, v in list(ev.state_changed.items())[:4])
+        return f"changed global torch settings: {items}"
+    return None
+
+
+@RUNTIME_CHECKS.register("thread_spawned")
+def thread_spawned(ev: Evidence) -> str | None:
+    if ev.python_threads and ev.python_threads[1] > ev.python_threads[0]:
+        return f"Python threads grew from {ev.python_threads[0]} to {ev.python_threads[1]}"
+    if ev.timed_native_thread_growth > 0:
+        return f"{ev.timed_native_thread_growth} native thread(s) started during timed calls"
+    return None
+
+
+@RUNTIME_CHECKS.register("result_replay")
+def result_replay(ev: Evidence) -> str | None:
+    if ev.timed_mismatch:
+        return f"a timed call returned a wrong result (fresh inputs every round): {ev.timed_mismatch}"
+    if ev.reused_storage:
+        return f"{ev.reused_storage} timed call(s) returned the storage of an earlier call"
+    return None
+
+
+@RUNTIME_CHECKS.register("timing_escape")
+def timing_escape(ev: Evidence) -> str | None:
+    """Host time (device-wide sync) far above event time: work escaped the timed stream."""
+    if not ev.cuda or len(ev.cand_event_ms) < 3:
+        return None
+    ev_med = statistics.median(ev.cand_event_ms)
+    host_med = statistics.median(ev.cand_host_ms) - ev.overhead_ms
+    if host_med - ev_med > max(0.5 * ev_med, 0.05):
+        return f"host clock {host_med:.3f} ms vs events {ev_med:.3f} ms: work ran outside the timed stream"
+    return None
+
+
+@RUNTIME_CHECKS.register("wall_clock_mismatch")
+def wall_clock_mismatch(ev: Evidence) -> str | None:
+    """The candidate's reported time is far below what the supervisor's own clock allows."""
+    if ev.reported_ms is None or ev.wall_estimate_ms is None or ev.timing_rounds < 2:
+        return None
+    if ev.wall_estimate_ms > 2.0 * ev.reported_ms + 1.0:
+        return (f"reported {ev.reported_ms:.3f} ms per call, but the supervisor's clock implies "
+                f"~{ev.wall_estimate_ms:.3f} ms")
+    return None
+
+
+@RUNTIME_CHECKS.register("roofline")
+def roofline(ev: Evidence) -> str | None:
+    return f"faster than the device allows: {ev.roofline}" if ev.roofline else None
+
+
+@RUNTIME_CHECKS.register("channel_tampering")
+def channel_tampering(ev: Evidence) -> str | None:
+    return f"malformed or forged message on the result channel: {ev.channel}" if ev.channel else None

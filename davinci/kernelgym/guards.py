@@ -1,0 +1,217 @@
+"""Evidence collected inside the candidate's process by the harness (trusted code, untrusted neighbour).
+
+Everything here is captured *before* the candidate is imported and re-checked after it ran:
+- `capture()` / `changed()`: identities of the functions the harness and the timers rely on (clocks,
+  events, synchronize, comparison helpers, nn.Module.__call__, os._exit, the socket and json functions,
+  Triton's launch entry points). A candidate that reassigns any of them is reported by label.
+- `global_state()`: numerics and speed flags (TF32, cuDNN benchmark/deterministic, matmul precision,
+  default dtype, CPU threads). Flipping one makes the candidate's torch ops faster or less precise than
+  the baseline's, which runs in a clean process.
+- `thread_counts()`: Python threads and native threads (/proc/self/task) around calls.
+- `LaunchRecorder`: which Triton kernels were launched during a call (JITFunction.run and, on the CPU,
+  the interpreter's InterpretedFunction.run, plus `triton.knobs.runtime.launch_enter_hook` on the GPU),
+  and on the CPU how long they ran (the time-coverage proxy).
+- `poison_cached_blocks(device, byte)`: fill every free block of the CUDA caching allocator with `byte`
+  (0xFF is NaN for every float type), so an output that reads stale memory shows garbage.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+
+def _triton_attr(path: str) -> Callable[[], Any]:
+    def get() -> Any:
+        if path == "jit.run":
+            from triton.runtime.jit import JITFunction
+
+            return JITFunction.run
+        if path == "interp.run":
+            from triton.runtime.interpreter import InterpretedFunction
+
+            return InterpretedFunction.run
+        import triton
+
+        return triton.knobs.runtime.launch_enter_hook
+
+    return get
+
+
+WATCHED: dict[str, Callable[[], Any]] = {
+    "time.perf_counter": lambda: time.perf_counter,
+    "time.perf_counter_ns": lambda: time.perf_counter_ns,
+    "time.time": lambda: time.time,
+    "time.monotonic": lambda: time.monotonic,
+    "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
+    "torch._C._cuda_synchronize": lambda: getattr(torch._C, "_cuda_synchronize", None),
+    "torch.cuda.Event": lambda: torch.cuda.Event,
+    "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
+    "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
+    "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
+    "torch.cuda.current_stream": lambda: torch.cuda.current_stream,
+    "torch.cuda.Stream": lambda: torch.cuda.Stream,
+    "torch.allclose": lambda: torch.allclose,
+    "torch.equal": lambda: torch.equal,
+    "torch.testing.assert_close": lambda: torch.testing.assert_close,
+    "torch.nn.Module.__call__": lambda: torch.nn.Module.__call__,
+    "torch.nn.Module._call_impl": lambda: torch.nn.Module._call_impl,
+    "torch.manual_seed": lambda: torch.manual_seed,
+    "torch.Tensor.data_ptr": lambda: torch.Tensor.data_ptr,
+    "builtins.type": lambda: builtins.type,
+    "builtins.isinstance": lambda: builtins.isinstance,
+    "os._exit": lambda: os._exit,
+    "os.write": lambda: os.write,
+    "socket.socket.send": lambda: socket.socket.send,
+    "socket.socket.recv_into": lambda: socket.socket.recv_into,
+    "json.dumps": lambda: json.dumps,
+    "json.loads": lambda: json.loads,
+    "threading.Thread.start": lambda: threading.Thread.start,
+    "triton.JITFunction.run": _triton_attr("jit.run"),
+    "triton.InterpretedFunction.run": _triton_attr("interp.run"),
+    "triton.knobs.runtime.launch_enter_hook": _triton_attr("hook"),
+}
+_MISSING = object()
+
+
+def _get(getter: Callable[[], Any]) -> Any:
+    try:
+        return getter()
+    except Exception:
+        return _MISSING
+
+
+def capture() -> dict[str, Any]:
+    return {label: _get(getter) for label, getter in WATCHED.items()}
+
+
+def changed(captured: dict[str, Any]) -> list[str]:
+    """Labels whose current object is not the one captured before the candidate was imported."""
+    return [label for label, obj in captured.items() if _get(WATCHED[label]) is not obj]
+
+
+_STATE: dict[str, Callable[[], Any]] = {
+    "cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
+    "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
+    "cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
+    "cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
+    "cudnn.enabled": lambda: torch.backends.cudnn.enabled,
+    "matmul.fp16_reduced": lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+    "matmul.bf16_reduced": lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+    "float32_matmul_precision": torch.get_float32_matmul_precision,
+    "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+    "default_dtype": lambda: str(torch.get_default_dtype()),
+    "num_threads": torch.get_num_threads,
+}
+
+
+def global_state() -> dict[str, Any]:
+    out = {}
+    for name, getter in _STATE.items():
+        value = _get(getter)
+        out[name] = None if value is _MISSING else value
+    return out
+
+
+def state_diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: [before[k], after.get(k)] for k in before if before[k] != after.get(k)}
+
+
+def thread_counts() -> tuple[int, int]:
+    """(Python threads, native threads of this process)."""
+    try:
+        native = len(os.listdir("/proc/self/task"))
+    except OSError:
+        native = -1
+    return threading.active_count(), native
+
+
+class LaunchRecorder:
+    """Records Triton launches while `active` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.names: list[str] = []
+        self.kernel_s = 0.0
+        self.installed: list[str] = []
+
+    def start(self) -> None:
+        self.names, self.kernel_s, self.active = [], 0.0, True
+
+    def stop(self) -> tuple[list[str], float]:
+        self.active = False
+        return list(dict.fromkeys(self.names)), self.kernel_s * 1e3
+
+    def _wrap(self, cls: Any, label: str) -> None:
+        original, rec, perf = cls.run, self, time.perf_counter
+
+        def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
+            if not rec.active or kwargs.get("warmup"):
+                return original(fn_self, *args, **kwargs)
+            rec.names.append(getattr(getattr(fn_self, "fn", None), "__name__", type(fn_self).__name__))
+            t0 = perf()
+            try:
+                return original(fn_self, *args, **kwargs)
+            finally:
+                rec.kernel_s += perf() - t0
+
+        cls.run = run
+        self.installed.append(label)
+
+    def _hook(self, metadata: Any) -> None:
+        if self.active:
+            data = getattr(metadata, "data", metadata)
+            name = data.get("name") if isinstance(data, dict) else None
+            self.names.append(str(name or "triton_kernel"))
+
+    def install(self, cuda: bool) -> list[str]:
+        try:
+            from triton.runtime.jit import JITFunction
+
+            self._wrap(JITFunction, "jit")
+            from triton.runtime.interpreter import InterpretedFunction
+
+            self._wrap(InterpretedFunction, "interpreter")
+        except Exception:
+            return self.installed
+        if cuda:
+            try:
+                import triton
+
+                chain = triton.knobs.runtime.launch_enter_hook
+                if hasattr(chain, "add"):
+                    chain.add(self._hook)
+                else:
+                    triton.knobs.runtime.launch_enter_hook = self._hook
+                self.installed.append("launch_enter_hook")
+            except Exception:
+                pass
+        return self.installed
+
+
+def poison_cached_blocks(device: str, byte: int) -> int:
+    """Fill the caching allocator's free blocks with `byte`; returns the bytes poisoned (0 on the CPU)."""
+    if not device.startswith("cuda"):
+        return 0
+    torch.cuda.synchronize()
+    holders = []
+    for segment in torch.cuda.memory_snapshot():
+        for block in segment.get("blocks", []):
+            if block.get("state") == "inactive" and block.get("size", 0) > 0:
+                try:
+                    holders.append(torch.empty(int(block["size"]), dtype=torch.uint8, device=device))
+                except RuntimeError:
+                    break
+    for h in holders:
+        h.fill_(byte & 0xFF)
+    torch.cuda.synchronize()
+    total = sum(h.numel() for h in holders)
+    del holders
+    return total

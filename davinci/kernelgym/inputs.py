@@ -1,0 +1,91 @@
+"""Input generation on the target device and the distributions correctness trials draw from.
+
+Runs in the trusted reference worker. `native_inputs` calls the problem's own `get_inputs()` under a seeded
+generator with the target device as torch's default device, so `torch.rand(...)` fills device memory
+directly (no host `torch.rand` of gigabytes plus a copy: the main cost of KernelBench's harness).
+
+A distribution is a registered function `(x [*S], gen) -> y [*S]` applied to every *continuous* floating
+input (at least 16 distinct values in a sample; discrete inputs such as +-1 targets, masks and labels
+keep their contract). Each one is structure-preserving: an odd, monotone, elementwise map with f(0) = 0,
+so zeros, signs, order, symmetry and triangularity survive (symmetric- or triangular-matrix problems stay
+what they claim to be), while the magnitudes a closed-form shortcut relies on do not:
+- "native":     the problem's own values;
+- "scaled":     x * c, c ~ 2**U(1, 3) per tensor (breaks E[x]-based analytical answers);
+- "heavy_tail": x -> sign(x) * m * ((1 - 0.999 |x|/m) ** (-2/3) - 1), m = max|x|: a Pareto(1.5)-like tail
+                with rare values ~100x the typical one at random positions (breaks subsampling).
+The maps work in place, chunk by chunk, so an 8 GB input needs no second copy. The reference worker
+rejects a distribution whose reference output is non-finite and regenerates the native inputs instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from davinci.registry import Registry
+
+DISTRIBUTIONS: Registry[Callable[[torch.Tensor, torch.Generator], torch.Tensor]] = Registry("input distribution")
+
+
+def is_continuous(x: Any) -> bool:
+    """A floating tensor with >= 16 distinct values among (up to) its first 4096 elements."""
+    if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point or x.numel() < 16:
+        return False
+    sample = x.reshape(-1)[:4096]
+    return int(torch.unique(sample).numel()) >= 16
+
+
+CHUNK = 1 << 24
+
+
+def _chunks(x: torch.Tensor):
+    """In-place views of a contiguous tensor, 2**24 elements each (bounded temporaries on 8 GB inputs)."""
+    return x.view(-1).split(CHUNK)
+
+
+@DISTRIBUTIONS.register("native")
+def native(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return x
+
+
+@DISTRIBUTIONS.register("scaled")
+def scaled(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    exponent = 1.0 + 2.0 * float(torch.rand((), generator=gen, device=gen.device))
+    return x.mul_(2.0 ** exponent)
+
+
+@DISTRIBUTIONS.register("heavy_tail")
+def heavy_tail(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    m = max(float(c.abs().max()) for c in _chunks(x)) if x.numel() else 0.0
+    if m == 0.0:
+        return x
+    for c in _chunks(x):
+        t = (c.abs() / m).clamp_(max=1.0)
+        c.copy_(torch.sign(c) * m * ((1.0 - 0.999 * t) ** (-2.0 / 3.0) - 1.0))
+    return x
+
+
+def native_inputs(get_inputs: Callable[[], Sequence[Any]], seed: int, device: str) -> list[Any]:
+    """The problem's `get_inputs()` drawn on `device` under `seed`; tensors made on the host are moved."""
+    torch.manual_seed(seed % (2 ** 63 - 1))
+    with torch.device(device):
+        values = list(get_inputs())
+    return [v.to(device) if isinstance(v, torch.Tensor) and v.device.type != torch.device(device).type else v
+            for v in values]
+
+
+def apply_distribution(values: list[Any], name: str, seed: int) -> list[Any]:
+    """Apply distribution `name` to every continuous input, in place (fresh tensors from `get_inputs`);
+    others pass through unchanged."""
+    fn = DISTRIBUTIONS.get(name)
+    if name == "native":
+        return values
+    out = []
+    for i, v in enumerate(values):
+        if is_continuous(v):
+            gen = torch.Generator(device=v.device)
+            gen.manual_seed((seed * 1009 + i) % (2 ** 63 - 1))
+            v = fn(v if v.is_contiguous() else v.contiguous(), gen)
+        out.append(v)
+    return out

@@ -1,0 +1,347 @@
+"""One evaluation on one lane: static checks, build, correctness trials, runtime evidence, timing.
+
+The supervisor drives both sides and keeps the verdict: the candidate's process only ever receives its
+inputs and returns outputs and timings; the reference worker produces inputs and references and compares.
+
+    build        fork (or take the spare), send the job (HMAC key, folders, init args), import + ModelNew(...)
+                 under `compile_timeout_s`
+    correctness  per trial t: the candidate allocates an input slot, the reference worker fills it with
+                 fresh inputs (distribution t, secret seed) and computes the reference; the candidate runs
+                 once (twice in trial 0: different poison, determinism); the reference worker compares the
+                 outputs and checks the inputs for mutation. The first failing trial stops the phase.
+    evidence     function identities, global flags, threads; on the GPU one profiled forward (coverage)
+    timing       perf.py: interleaved rounds with fresh inputs, spot-checked outputs, the stop rule
+Everything after the build shares one deadline (`run_timeout_s`). A candidate that times out, dies or
+sends a malformed frame ends the evaluation with that verdict; the lane kills its process group and
+sweeps escaped processes either way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from davinci.kernelgym.backend import BackendInfo
+from davinci.kernelgym.checks import Evidence, Finding
+from davinci.kernelgym.config import GymConfig
+from davinci.kernelgym.lane import ChildHandle, Lane, WorkerDied
+from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
+from davinci.types import Candidate, Problem
+
+POISON = (0xFF, 0x7F)  # 0xFF..: NaN in every float type; 0x7F..: large finite values
+
+
+class CandidateFailure(Exception):
+    """The candidate's process timed out, died or broke the protocol (the verdict, not an evaluator bug)."""
+
+    def __init__(self, kind: str, message: str, channel: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.channel = kind, message, channel
+
+
+class ReferenceFailure(Exception):
+    """The problem's own code failed in the reference worker."""
+
+
+@dataclass
+class Job:
+    lane: Lane
+    problem: Problem
+    candidate: Candidate
+    cfg: GymConfig
+    code: str                         # problem code after shape overrides
+    backend: BackendInfo
+    checks: tuple[str, ...]
+    key: str                          # problem state key in the reference worker
+    init_seed: int
+    trial_seeds: list[int]
+    timing_seed: int
+    cache_root: Path
+    seed: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)     # the reference worker's "problem" reply
+    init_blobs: list[Any] = field(default_factory=list)
+    child: ChildHandle | None = None
+    job_dir: Path | None = None
+    run_deadline: float = 0.0
+    evidence: Evidence = field(default_factory=Evidence)
+    static: list[Finding] = field(default_factory=list)
+    compiled: bool = False
+    numerics_ok: bool = False
+    trials_run: int = 0
+    trials_passed: int = 0
+    failure: dict[str, Any] | None = None              # the failing comparison (compare.Comparison fields)
+    failed_dist: str = ""
+    worst: dict[str, Any] | None = None
+    error_kind: str | None = None
+    error: str = ""
+    kernel_ms: float = 0.0
+    forward_ms: float = 0.0
+    sandbox: dict[str, bool] = field(default_factory=dict)
+    perf: dict[str, Any] = field(default_factory=dict)
+
+    def fail(self, kind: str, message: str) -> None:
+        if self.error_kind is None:
+            self.error_kind, self.error = kind, message
+
+
+# --- talking to the candidate ------------------------------------------------------------------------
+
+def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = None) -> tuple[dict[str, Any], list]:
+    deadline = deadline or job.run_deadline
+    try:
+        job.child.chan.send(header, blobs, deadline)
+        reply, out = job.child.chan.recv(deadline)
+    except ChannelTimeout:
+        raise CandidateFailure("timeout", f"no answer to {header['op']!r} before the deadline") from None
+    except ChannelClosed as exc:
+        raise CandidateFailure("crash", f"the candidate's process died during {header['op']!r} ({exc})") from None
+    except ProtocolError as exc:
+        raise CandidateFailure("crash", f"malformed reply to {header['op']!r}", channel=str(exc)) from None
+    if not isinstance(reply, dict):
+        raise CandidateFailure("crash", "reply is not an object", channel="non-object reply")
+    return reply, out
+
+
+def ref(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], list]:
+    timeout = max(job.cfg.run_timeout_s, 600.0)
+    reply, out = job.lane.ref_call({**header, "key": job.key}, blobs, timeout=timeout)
+    if reply.get("not_loaded") and header.get("op") != "problem":
+        load_problem(job, force=True)  # evicted from the worker's LRU, or the worker was restarted
+        reply, out = job.lane.ref_call({**header, "key": job.key}, blobs, timeout=timeout)
+    if not reply.get("ok"):
+        raise ReferenceFailure(reply.get("error", "reference worker error"))
+    return reply, out
+
+
+def load_problem(job: Job, force: bool = False) -> None:
+    """Load the problem into the reference worker once per lane (its reply is cached on the lane)."""
+    lane = job.lane
+    if force or job.key not in lane.problems:
+        reply, blobs = ref(job, {"op": "problem", "code": job.code, "init_seed": job.init_seed,
+                                 "spec_seed": job.init_seed + 1})
+        lane.problems[job.key] = {"reply": reply, "blobs": [bytes(b) for b in blobs]}
+    cached = lane.problems[job.key]
+    job.info, job.init_blobs = cached["reply"], cached["blobs"]
+
+
+# --- build ---------------------------------------------------------------------------------------------
+
+def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]]:
+    """A fresh job folder plus the candidate's persistent, content-hashed build folders; the job's paths/env."""
+    job_dir = lane.root / "jobs" / uuid.uuid4().hex[:12]
+    build_dir = lane.build_root / candidate.code_hash
+    dirs = [job_dir, job_dir / "tmp", build_dir / "ext", build_dir / "triton", build_dir / "inductor"]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    for lock in (build_dir / "ext").glob("*/lock"):  # a build killed mid-way leaves a lock that blocks forever
+        lock.unlink(missing_ok=True)
+    if lane.triton_template is not None:  # Triton's driver utilities, built once by the reference worker
+        shutil.copytree(lane.triton_template, build_dir / "triton", dirs_exist_ok=True,
+                        ignore=lambda d, names: [n for n in names if (build_dir / "triton" / Path(d).relative_to(
+                            lane.triton_template) / n).exists()])
+    if lane.user:
+        os.chmod(job_dir.parent, 0o711)
+        for d in dirs + [build_dir]:
+            os.chown(d, *lane.user)
+    path = job_dir / f"candidate_{candidate.code_hash}.py"
+    path.write_text(candidate.code)
+    os.chmod(path, 0o644)
+    env = {"TRITON_CACHE_DIR": str(build_dir / "triton"), "TORCH_EXTENSIONS_DIR": str(build_dir / "ext"),
+           "TORCHINDUCTOR_CACHE_DIR": str(build_dir / "inductor"), "HOME": str(job_dir),
+           "TMPDIR": str(job_dir / "tmp"), "MAX_JOBS": str(max(1, (os.cpu_count() or 2) // 2))}
+    if lane.arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = lane.arch_list
+    paths = {"path": str(path), "log": str(job_dir / "log.txt"), "env": env,
+             "module": f"candidate_{candidate.code_hash}"}
+    return job_dir, paths
+
+
+def release_build_dir(lane: Lane, candidate: Candidate) -> None:
+    """Give a switched-user candidate's build folder back to us, so no later candidate can write into it."""
+    if not lane.user:
+        return
+    build_dir = lane.build_root / candidate.code_hash
+    uid, gid = os.getuid(), os.getgid()
+    for root, dirs, files in os.walk(build_dir):
+        for name in [root] + [os.path.join(root, n) for n in dirs + files]:
+            try:
+                os.lchown(name, uid, gid)
+            except OSError:
+                pass
+
+
+def build(job: Job) -> None:
+    """Send the job and wait for import + ModelNew(...): sets job.compiled or records the failure."""
+    cfg, lane = job.cfg, job.lane
+    deadline = time.monotonic() + cfg.compile_timeout_s
+    job.job_dir, paths = prepare_dirs(lane, job.candidate)
+    child = job.child
+    try:
+        if child.ready is None:
+            child.ready, _ = child.chan.recv(deadline)
+        if child.ready.get("error"):
+            raise WorkerDied(f"candidate process failed to initialise: {child.ready['error'][-500:]}")
+        job.sandbox = child.ready.get("sandbox", {})
+        secret = os.urandom(32)
+        header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
+                  "l2_flush_mb": cfg.l2_flush_mb, "init": job.info["init"], "init_seed": job.init_seed, **paths}
+        child.chan.send(header, job.init_blobs, deadline)
+        child.chan = Channel(child.sock, verify_key=secret)
+    except ChannelTimeout:
+        raise CandidateFailure("timeout", "the candidate's process did not start in time") from None
+    except (ChannelClosed, ProtocolError) as exc:
+        raise CandidateFailure("crash", f"the candidate's process died before the build ({exc})") from None
+    try:
+        reply, _ = _recv_build(job, deadline)
+    except CandidateFailure as f:
+        f.kind = "compile" if f.kind == "crash" else f.kind
+        f.message = f"{f.message} (while importing the candidate / building ModelNew)"
+        raise
+    if reply.get("ok"):
+        job.compiled = True
+    else:
+        job.fail("compile", str(reply.get("error", "build failed")))
+
+
+def _recv_build(job: Job, deadline: float) -> tuple[dict[str, Any], list]:
+    try:
+        return job.child.chan.recv(deadline)
+    except ChannelTimeout:
+        raise CandidateFailure("timeout", f"the build exceeded {job.cfg.compile_timeout_s:g} s") from None
+    except ChannelClosed as exc:
+        raise CandidateFailure("crash", f"the candidate's process died ({exc})") from None
+    except ProtocolError as exc:
+        raise CandidateFailure("crash", "malformed reply to the job", channel=str(exc)) from None
+
+
+# --- correctness -----------------------------------------------------------------------------------------
+
+def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs: list) -> dict[str, Any] | None:
+    """One candidate call + trusted check; returns the check reply, or None after recording a failure."""
+    if fill is None:  # ipc: the reference worker (re)writes the slot in place
+        ref(job, {"op": "rewrite", "name": slot})
+    reply, blobs = ask(job, {"op": "run", "slot": slot, "tag": tag, "poison": poison, "fill": fill}, fill_blobs)
+    ev = reply.get("evidence") or {}
+    job.evidence.launched.update(str(n) for n in ev.get("launched", []))
+    job.kernel_ms += float(ev.get("kernel_ms", 0.0))
+    job.forward_ms += float(ev.get("forward_ms", 0.0))
+    if not reply.get("ok"):
+        if reply.get("subclass"):
+            job.evidence.subclass = str(reply["subclass"])
+            job.fail("mismatch", str(reply["subclass"]))
+        elif reply.get("bad_output"):
+            job.fail("mismatch", str(reply["bad_output"]))
+        else:
+            job.fail("runtime", str(reply.get("error", "forward failed")))
+        return None
+    check, _ = ref(job, {"op": "check", "name": slot, "outputs": reply.get("outputs"),
+                         "inputs_after": reply.get("inputs_after"), "keep_as": tag}, blobs)
+    job.evidence.mutated.extend(f"#{i}" for i in check.get("mutated", []) if f"#{i}" not in job.evidence.mutated)
+    return check
+
+
+def _trial(job: Job, t: int) -> bool:
+    cfg = job.cfg
+    slot, dist = f"in{t}", cfg.distributions[t % len(cfg.distributions)]
+    alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
+    if not alloc.get("ok"):
+        job.fail("runtime", str(alloc.get("error", "could not allocate inputs")))
+        return False
+    trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": job.trial_seeds[t], "dist": dist,
+                                  "targets": alloc.get("descs")})
+    fill = trial.get("fill")
+    runs = [(f"a{t}", POISON[0])] + ([(f"b{t}", POISON[1])] if t == 0 and cfg.determinism_check else [])
+    ok, tags = True, []
+    for tag, poison in runs:
+        check = _run_once(job, slot, tag, poison, fill, fill_blobs)
+        tags.append(tag)
+        if check is None:
+            ok = False
+            break
+        c = check["comparison"]
+        if not c["ok"]:
+            job.failure, job.failed_dist, ok = c, trial.get("dist", dist), False
+            job.fail("mismatch", c["reason"])
+            break
+        if job.worst is None or c["max_abs_error"] >= job.worst["max_abs_error"]:
+            job.worst = c
+    if ok and len(tags) == 2:
+        pair, _ = ref(job, {"op": "pair", "a": tags[0], "b": tags[1]})
+        if not pair["comparison"]["ok"]:
+            job.evidence.nondeterministic = pair["comparison"]["reason"]
+    if ok and t == 0 and job.lane.cuda and _wants_profile(job):
+        prof, _ = ask(job, {"op": "profile", "slot": slot})
+        job.evidence.profiler_kernels = [tuple(k) for k in prof.get("kernels", [])] if prof.get("ok") else None
+    ref(job, {"op": "drop", "trials": [slot], "kept": tags})
+    ask(job, {"op": "release", "tags": tags, "slots": [slot]})
+    return ok
+
+
+def _wants_profile(job: Job) -> bool:
+    return job.cfg.profile_coverage or "decoy_kernel" in job.checks
+
+
+def correctness(job: Job) -> None:
+    for t in range(job.cfg.correctness_trials):
+        job.trials_run = t + 1
+        if not _trial(job, t):
+            return
+        job.trials_passed = t + 1
+    job.numerics_ok = job.error_kind is None
+
+
+def gather_evidence(job: Job) -> None:
+    reply, _ = ask(job, {"op": "integrity"})
+    if not reply.get("ok"):
+        return
+    ev = job.evidence
+    ev.patched = [str(p) for p in reply.get("patched", [])]
+    ev.state_changed = dict(reply.get("state_changed", {}))
+    threads = reply.get("threads") or []
+    if len(threads) == 4:
+        ev.python_threads = (int(threads[0]), int(threads[2]))
+
+
+# --- ending -----------------------------------------------------------------------------------------------
+
+def describe_exit(status: dict[str, Any]) -> str:
+    if not status.get("exited"):
+        return "still running when killed"
+    sig = status.get("signal")
+    if sig:
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"killed by {name}"
+    return f"exited with code {status.get('code')}"
+
+
+def log_tail(job: Job, limit: int = 2500) -> str:
+    if job.job_dir is None:
+        return ""
+    try:
+        with open(job.job_dir / "log.txt", "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cleanup(job: Job) -> None:
+    if job.job_dir is not None:
+        shutil.rmtree(job.job_dir, ignore_errors=True)
+        release_build_dir(job.lane, job.candidate)
+
+
+def derive_seed(*parts: Any) -> int:
+    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 2

@@ -1,0 +1,304 @@
+"""One evaluation lane: a trusted reference worker, a zygote and its candidate processes, for one device.
+
+The supervisor (this process) owns the sockets. `Lane.start()` spawns the reference worker and the zygote
+in parallel (each imports torch once); afterwards a candidate process costs one fork. With
+`spare_workers` the lane keeps one forked, device-initialised child waiting, so a new evaluation starts
+without waiting for process start or CUDA context creation.
+
+Failures are typed: `WorkerDied` (the reference worker or zygote is gone: the lane restarts it and the
+evaluation in flight is reported as an internal error), channel errors of a candidate (its verdict).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from davinci.kernelgym.config import GymConfig
+from davinci.kernelgym.protocol import Channel, ChannelError
+from davinci.kernelgym.sandbox import kill_group, resolve_user, scrubbed_env, socketpair, spawn_worker
+
+START_TIMEOUT_S = 180.0
+
+
+def runtime_dir() -> Path:
+    """/tmp/kernelgym-<uid> (mode 0711, ours, not a symlink): folders a switched-user candidate can reach."""
+    path = Path(tempfile.gettempdir()) / f"kernelgym-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o711, exist_ok=True)
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+            os.chmod(path, 0o711)
+            return path
+    except OSError:
+        pass
+    fallback = Path(tempfile.mkdtemp(prefix="kernelgym-"))
+    os.chmod(fallback, 0o711)
+    return fallback
+
+
+class WorkerDied(RuntimeError):
+    """A trusted worker (reference worker or zygote) died or stopped answering."""
+
+
+@dataclass
+class ChildHandle:
+    pid: int
+    sock: socket.socket
+    chan: Channel
+    ready: dict[str, Any] | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Proc:
+    popen: Any
+    chan: Channel
+
+
+class Lane:
+    """`prebuild=True`: a zygote only (no reference worker, no GPU), forking CPU children that import
+    load_inline candidates so their CUDA builds land in the persistent build cache ahead of the GPU lanes."""
+
+    def __init__(self, index: int, device: str, gpu: int | None, cfg: GymConfig, cache_root: Path,
+                 prebuild: bool = False, arch_list: str = "") -> None:
+        self.index, self.device, self.gpu, self.cfg, self.prebuild = index, device, gpu, cfg, prebuild
+        self.cuda = device.startswith("cuda")
+        self.arch_list = arch_list
+        self._zlock = threading.Lock()
+        # CUDA IPC needs the candidate under our own user; pre-builds run nvcc, kept under our user too.
+        self.user = resolve_user(cfg.sandbox_user) if not prebuild and (not self.cuda or cfg.transport == "host") else None
+        # A switched-user candidate must be able to reach its folders: they live in a traversable runtime
+        # folder; otherwise under the cache folder.
+        self.cache_root = cache_root
+        base = runtime_dir() if self.user else cache_root
+        self.root = base / "lanes" / f"lane{index}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.build_root = base / "builds"
+        self.transport = "ipc" if self.cuda and cfg.transport != "host" else "host"
+        self.transport_note = ""
+        self.marker = uuid.uuid4().hex
+        extra = {"CUDA_VISIBLE_DEVICES": str(gpu) if self.cuda else "", "KERNELGYM_CPU_THREADS": str(cfg.cpu_threads),
+                 "KERNELGYM_LANE": self.marker,
+                 "HOME": str(self.root), "TMPDIR": str(self.root / "tmp")}
+        if not self.cuda and not prebuild:
+            extra["TRITON_INTERPRET"] = "1"
+        self.env = scrubbed_env(extra)
+        self.ref: _Proc | None = None
+        self.zygote: _Proc | None = None
+        self.spare: ChildHandle | None = None
+        self.info: dict[str, Any] = {}
+        self.zygote_versions: dict[str, str] = {}
+        self.problems: dict[str, dict[str, Any]] = {}
+        self.live_children: set[int] = set()
+        self.triton_template: Path | None = None
+
+    # --- trusted processes ---
+    def _spawn(self, module: str, opts: dict[str, Any], env: dict[str, str] | None = None) -> _Proc:
+        mine, theirs = socketpair()
+        popen = spawn_worker(module, theirs.fileno(), env or self.env, self.root / f"{module.rsplit('.', 1)[-1]}.log",
+                             [json.dumps(opts)])
+        theirs.close()
+        return _Proc(popen, Channel(mine))
+
+    def _ref_opts(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"device": self.device, "folder": str(self.root / "ref"), "tol_fp32": c.tol_fp32, "tol_half": c.tol_half,
+                "near_zero_rel_norm": c.near_zero_rel_norm, "l2_flush_mb": c.l2_flush_mb, "cpu_threads": c.cpu_threads}
+
+    def start(self) -> None:
+        for d in (self.root.parent, self.root, self.root / "tmp", self.build_root):
+            d.mkdir(parents=True, exist_ok=True)
+            if self.user:
+                os.chmod(d, 0o711)
+        if self.user:
+            os.chown(self.root / "tmp", *self.user)
+        if self.ref is None and not self.prebuild:
+            # The reference worker's own persistent compile caches (torch.compile baselines), trusted only.
+            ref_env = dict(self.env, TRITON_CACHE_DIR=str(self.cache_root / "reference" / "triton"),
+                           TORCHINDUCTOR_CACHE_DIR=str(self.cache_root / "reference" / "inductor"))
+            self.ref = self._spawn("davinci.kernelgym.refworker", self._ref_opts(), ref_env)
+            self.ref.chan.send({"op": "hello"})
+        if self.zygote is None:
+            self.zygote = self._spawn("davinci.kernelgym.zygote", {"interpret": not self.cuda and not self.prebuild})
+            self._await_zygote()
+        if not self.info and not self.prebuild:
+            self.info = self._ref_reply(time.monotonic() + START_TIMEOUT_S)
+            self.problems.clear()
+            self.arch_list = self.arch_list or str(self.info.get("capability", ""))
+            if self.cuda and self.triton_template is None:
+                self._warm_triton()
+
+    def _warm_triton(self) -> None:
+        """A Triton cache holding the driver utilities, copied into every candidate's own cache (saves ~1 s)."""
+        folder = self.build_root / "_triton_template"
+        try:
+            reply, _ = self.ref_call({"op": "warm_triton", "dir": str(folder)}, timeout=120.0)
+        except WorkerDied:
+            return
+        if reply.get("ok"):
+            self.triton_template = folder
+
+    def _await_zygote(self) -> None:
+        try:
+            ready, _ = self.zygote.chan.recv(time.monotonic() + START_TIMEOUT_S)
+        except ChannelError as exc:
+            ready = {"error": f"{exc}; see {self.root / 'zygote.log'}"}
+        if ready.get("error"):
+            self._drop(self.zygote)
+            self.zygote = None
+            raise WorkerDied(f"zygote failed to start: {ready['error']}")
+        self.zygote_versions = ready.get("versions", {})
+
+    def _ref_reply(self, deadline: float | None) -> dict[str, Any]:
+        """The hello reply; a worker that dies while starting is an error, never a restart loop."""
+        try:
+            reply, _ = self.ref.chan.recv(deadline)
+        except ChannelError as exc:
+            self._drop(self.ref)
+            self.ref = None
+            raise WorkerDied(f"reference worker failed to start ({exc}); see {self.root / 'refworker.log'}") from None
+        return reply
+
+    @staticmethod
+    def _drop(proc: _Proc | None) -> None:
+        if proc is None:
+            return
+        if proc.popen.poll() is None:  # never signal a reaped (recyclable) pid
+            kill_group(proc.popen.pid)
+        proc.popen.wait()
+        proc.chan.close()
+
+    def ref_call(self, header: dict[str, Any], blobs=(), timeout: float | None = None) -> tuple[dict[str, Any], list]:
+        """One request to the reference worker; `WorkerDied` (after a restart) if it fails to answer."""
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            self.ref.chan.send(header, blobs, deadline)
+            return self.ref.chan.recv(deadline)
+        except ChannelError as exc:
+            self.restart_ref()
+            raise WorkerDied(f"reference worker failed during {header.get('op')!r}: {exc}") from None
+
+    def restart_ref(self) -> None:
+        self._drop(self.ref)
+        self.ref, self.info = None, {}
+        self.start()
+
+    # --- candidate processes ---
+    def child_opts(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"device": self.device, "network_isolation": self.cfg.network_isolation,
+                                "fsize_bytes": 4 << 30, "drop_caps": True}
+        if self.user:
+            opts.update(user=self.cfg.sandbox_user, nproc=256)
+        if not self.cuda and self.cfg.cpu_memory_limit_gb > 0:
+            opts["as_bytes"] = int(self.cfg.cpu_memory_limit_gb * (1 << 30))
+        return opts
+
+    def _zygote_call(self, header: dict[str, Any], fd: int | None = None, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        with self._zlock:
+            try:
+                self.zygote.chan.send(header, (), deadline)
+                if fd is not None:
+                    socket.send_fds(self.zygote.chan.sock, [b"F"], [fd])
+                reply, _ = self.zygote.chan.recv(deadline)
+                return reply
+            except (ChannelError, OSError, AttributeError) as exc:
+                failure = exc
+        self._restart_zygote()
+        raise WorkerDied(f"zygote failed during {header.get('op')!r}: {failure}")
+
+    def _restart_zygote(self) -> None:
+        self._drop(self.zygote)
+        self.zygote, self.spare = None, None
+        self.live_children.clear()
+        self.kill_marked()
+        self.start()
+
+    def kill_marked(self) -> list[int]:
+        """Kill every process still carrying this lane's marker in its environment, except the trusted
+        workers: candidates and their escaped descendants, even those no longer below the zygote."""
+        keep = {p.popen.pid for p in (self.ref, self.zygote) if p is not None}
+        killed = []
+        for proc in psutil.process_iter():
+            try:
+                if proc.pid in keep or proc.environ().get("KERNELGYM_LANE") != self.marker:
+                    continue
+                proc.kill()
+                killed.append(proc.pid)
+            except psutil.Error:
+                continue
+        return killed
+
+    def fork_child(self) -> ChildHandle:
+        mine, theirs = socketpair()
+        try:
+            reply = self._zygote_call({"op": "fork", "opts": self.child_opts()}, fd=theirs.fileno())
+        finally:
+            theirs.close()
+        if "pid" not in reply:
+            mine.close()
+            raise WorkerDied(f"zygote could not fork: {reply.get('error')}")
+        self.live_children.add(int(reply["pid"]))
+        return ChildHandle(int(reply["pid"]), mine, Channel(mine))
+
+    def take_child(self) -> ChildHandle:
+        if self.zygote is None or self.zygote.popen.poll() is not None:
+            self._restart_zygote()
+        child = self.spare if self.spare is not None else self.fork_child()
+        self.spare = None
+        if self.cfg.spare_workers:
+            try:
+                self.spare = self.fork_child()
+            except WorkerDied:
+                self.spare = None
+        return child
+
+    def end_child(self, child: ChildHandle) -> dict[str, Any]:
+        """SIGKILL a candidate process's group (through the zygote, which owns its pid) and return its exit status."""
+        child.chan.close()
+        try:
+            reply = self._zygote_call({"op": "reap", "pid": child.pid, "kill": True, "timeout": 5.0})
+        except WorkerDied:
+            reply = {"exited": False}
+        self.live_children.discard(child.pid)
+        return reply
+
+    def sweep(self) -> list[int]:
+        keep = sorted(self.live_children)
+        try:
+            return self._zygote_call({"op": "sweep", "keep": keep}).get("killed", [])
+        except WorkerDied:
+            return []
+
+    def close(self) -> None:
+        if self.spare is not None:  # the zygote kills its children when it exits
+            self.spare.chan.close()
+            self.spare = None
+        for proc in (self.zygote, self.ref):
+            if proc is None:
+                continue
+            try:
+                proc.chan.send({"op": "exit"}, (), time.monotonic() + 1.0)
+            except ChannelError:
+                pass
+            try:
+                proc.popen.wait(timeout=3)
+            except Exception:
+                kill_group(proc.popen.pid)
+                proc.popen.wait()
+            proc.chan.close()
+        self.zygote = self.ref = None
+        self.kill_marked()
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,161 @@
+"""The wire format between the supervisor and its workers: JSON headers plus raw byte blobs, never pickle.
+
+One frame = b"KGYM" | json length (u32) | blob bytes (u64) | JSON header | blobs | [32-byte HMAC tag].
+Nothing read from a worker is ever unpickled (a pickle from the candidate's process would run its code in
+ours); tensors cross as raw bytes or as validated CUDA IPC fields (`transport.py`).
+
+Frames from the candidate's process carry an HMAC-SHA256 tag under a per-job key and a sequence number.
+The key lives only inside an `hmac` object built before the candidate is imported, so a stray write to the
+socket (found through /proc/self/fd) does not authenticate; a candidate that reaches the object through
+introspection could still sign (the static checks refuse gc/inspect/frames), which is why nothing
+verdict-critical is decided from these frames alone: outputs are compared, and timings bounded, on the
+trusted side. Receives and sends take deadlines; a closed peer, a timeout or a malformed frame raise the
+typed errors below, which the supervisor turns into a verdict.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+import struct
+import time
+from typing import Any, Sequence
+
+MAGIC = b"KGYM"
+PREFIX = struct.Struct(">4sIQ")
+TAG_LEN = 32
+MAX_JSON = 16 << 20
+
+
+class ChannelError(Exception):
+    """Base of every channel failure."""
+
+
+class ChannelClosed(ChannelError):
+    """The peer closed the socket or died."""
+
+
+class ChannelTimeout(ChannelError):
+    """The deadline passed before a whole frame arrived (or could be sent)."""
+
+
+class ProtocolError(ChannelError):
+    """A malformed, oversized, unauthenticated or out-of-sequence frame."""
+
+
+def _remaining(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ChannelTimeout("deadline passed")
+    return left
+
+
+class Channel:
+    """A framed, optionally authenticated, deadline-aware view of a connected stream socket.
+
+    `sign_key` signs outgoing frames (the candidate side); `verify_key` checks incoming ones (the
+    supervisor's side of a candidate channel). `max_blob_bytes` bounds what a peer may make us allocate.
+    """
+
+    def __init__(self, sock: socket.socket, *, sign_key: bytes | None = None, verify_key: bytes | None = None,
+                 max_blob_bytes: int = 8 << 30) -> None:
+        self.sock = sock
+        self._signer = hmac.new(sign_key, digestmod="sha256") if sign_key else None
+        self._verifier = hmac.new(verify_key, digestmod="sha256") if verify_key else None
+        self._send_seq = 0
+        self._recv_seq = 0
+        self.max_blob_bytes = max_blob_bytes
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    # --- sending ---
+    def send(self, header: dict[str, Any], blobs: Sequence[bytes | memoryview] = (), deadline: float | None = None) -> None:
+        header = dict(header, blobs=[len(memoryview(b).cast("B")) for b in blobs], seq=self._send_seq)
+        body = json.dumps(header, separators=(",", ":")).encode()
+        prefix = PREFIX.pack(MAGIC, len(body), sum(header["blobs"]))
+        parts: list[bytes | memoryview] = [prefix, body, *blobs]
+        if self._signer is not None:
+            mac = self._signer.copy()
+            for part in parts:
+                mac.update(part)
+            parts.append(mac.digest())
+        self._send_seq += 1
+        for part in parts:
+            self._sendall(memoryview(part).cast("B"), deadline)
+
+    def _sendall(self, view: memoryview, deadline: float | None) -> None:
+        sent = 0
+        while sent < len(view):
+            self.sock.settimeout(_remaining(deadline))
+            try:
+                sent += self.sock.send(view[sent:sent + (1 << 24)])
+            except (socket.timeout, TimeoutError):
+                raise ChannelTimeout("send timed out") from None
+            except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+                raise ChannelClosed(f"peer gone while sending ({exc})") from None
+
+    # --- receiving ---
+    def _recv_exact(self, n: int, deadline: float | None) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            self.sock.settimeout(_remaining(deadline))
+            try:
+                k = self.sock.recv_into(view[got:], min(n - got, 1 << 24))
+            except (socket.timeout, TimeoutError):
+                raise ChannelTimeout("receive timed out") from None
+            except (ConnectionResetError, OSError) as exc:
+                raise ChannelClosed(f"peer gone while receiving ({exc})") from None
+            if k == 0:
+                raise ChannelClosed("peer closed the channel")
+            got += k
+        return buf
+
+    def recv(self, deadline: float | None = None) -> tuple[dict[str, Any], list[memoryview]]:
+        prefix = self._recv_exact(PREFIX.size, deadline)
+        magic, json_len, blob_len = PREFIX.unpack(prefix)
+        if magic != MAGIC or json_len > MAX_JSON or blob_len > self.max_blob_bytes:
+            raise ProtocolError(f"bad frame prefix (magic {bytes(magic)!r}, json {json_len}, blobs {blob_len})")
+        body = self._recv_exact(json_len, deadline)
+        blob_data = self._recv_exact(blob_len, deadline) if blob_len else bytearray()
+        if self._verifier is not None:
+            tag = self._recv_exact(TAG_LEN, deadline)
+            mac = self._verifier.copy()
+            for part in (prefix, body, blob_data):
+                mac.update(part)
+            if not hmac.compare_digest(mac.digest(), bytes(tag)):
+                raise ProtocolError("frame failed authentication")
+        header = self._parse_header(body, blob_len)
+        blobs, offset, view = [], 0, memoryview(blob_data)
+        for size in header["blobs"]:
+            blobs.append(view[offset:offset + size])
+            offset += size
+        return header, blobs
+
+    def _parse_header(self, body: bytearray, blob_len: int) -> dict[str, Any]:
+        try:
+            header = json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise ProtocolError("frame header is not JSON") from None
+        sizes = header.get("blobs") if isinstance(header, dict) else None
+        if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) or sum(sizes) != blob_len:
+            raise ProtocolError("frame blob table does not match its payload")
+        if header.get("seq") != self._recv_seq:
+            raise ProtocolError(f"frame out of sequence (got {header.get('seq')!r}, expected {self._recv_seq})")
+        self._recv_seq += 1
+        return header
+
+
+def socket_from_fd(fd: int) -> socket.socket:
+    return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)

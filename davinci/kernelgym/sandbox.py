@@ -1,0 +1,217 @@
+"""Processes: the scrubbed environment, the candidate's sandbox, spawning trusted workers, killing trees.
+
+Process layout per evaluation lane (one lane per GPU, or `workers` lanes on the CPU):
+
+    supervisor (the caller) ──socket── reference worker   (trusted: problem, inputs, reference, verdicts)
+              └──socket── zygote (torch + triton imported, CUDA untouched; a child subreaper)
+                              └── fork ──> candidate process, one per candidate (plus one warm spare)
+
+Candidate processes are forked from the zygote (10-30 ms instead of a 3 s `import torch`) and then enter
+the sandbox (`enter_sandbox`, in the child, before any candidate code exists in the process):
+own session and process group (the supervisor kills the group), parent-death signal, every inherited
+file descriptor closed but its own channel, RLIMIT_CORE=0, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_AS on the
+CPU only (CUDA maps huge virtual ranges), a new network namespace when root (`unshare(CLONE_NEWNET)`;
+skipped quietly otherwise), all capabilities dropped, and on the CPU (host transport) the `nobody` user,
+so it can neither read the trusted processes' memory nor write the project's files. The trusted reference
+worker marks itself non-dumpable, so a same-user candidate without CAP_SYS_PTRACE cannot read its memory.
+Escaped grandchildren (double fork + setsid) are reparented to the zygote, which kills them on `sweep`.
+
+What is not covered: with CUDA IPC the candidate keeps the evaluator's user (root on the GPU machine) and
+can write files that user owns; run the evaluator in a container with a read-only code mount for that.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pwd
+import resource
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNET = 0x40000000
+# The only variables a worker inherits; everything else (tokens, secrets, proxies) is dropped.
+ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
+             "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX")
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def prctl(option: int, value: int) -> bool:
+    try:
+        return _libc().prctl(option, ctypes.c_ulong(value), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment plus `extra`; PYTHONPATH points at this package's root only."""
+    env = {k: os.environ[k] for k in ENV_ALLOW if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def spawn_worker(module: str, fd: int, env: dict[str, str], log_path: Path, args: list[str] = ()) -> subprocess.Popen:
+    """Start `python -m module <fd> ...` in its own session with `fd` inherited and output to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, str(fd), *args], pass_fds=(fd,), env=env, cwd=str(log_path.parent),
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+        )
+
+
+def socketpair() -> tuple[socket.socket, socket.socket]:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return a, b
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by `pid` (a sandboxed child leads its own), then the pid itself."""
+    for fn, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            fn(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def kill_tree(root: psutil.Process, include_root: bool = True) -> list[int]:
+    """SIGKILL every descendant of `root` (and `root`); returns the pids signalled."""
+    try:
+        procs = root.children(recursive=True) + ([root] if include_root else [])
+    except psutil.Error:
+        return []
+    killed = []
+    for p in procs:
+        try:
+            p.kill()
+            killed.append(p.pid)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=3)
+    return killed
+
+
+# --------------------------------------------------------------------------------------------------
+# Child side: runs in the freshly forked candidate process, before any candidate code is loaded.
+# --------------------------------------------------------------------------------------------------
+
+def _close_fds_except(keep: set[int]) -> None:
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _drop_capabilities() -> bool:
+    """Clear effective, permitted and inheritable capability sets (capset, version 3)."""
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    try:
+        libc = _libc()
+        for cap in range(64):
+            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (fails harmlessly past the last cap)
+        return libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _set_limits(opts: dict[str, Any]) -> None:
+    limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, int(opts.get("fsize_bytes", 4 << 30)))]
+    if opts.get("nproc"):
+        limits.append((resource.RLIMIT_NPROC, int(opts["nproc"])))
+    if opts.get("as_bytes"):
+        limits.append((resource.RLIMIT_AS, int(opts["as_bytes"])))
+    for which, value in limits:
+        try:
+            soft, hard = resource.getrlimit(which)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+def enter_sandbox(channel_fd: int, opts: dict[str, Any], parent_pid: int) -> dict[str, bool]:
+    """Confine the current (forked) process; returns which measures took effect."""
+    applied: dict[str, bool] = {}
+    os.setsid()
+    applied["pdeathsig"] = prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the zygote died between fork and prctl
+        os._exit(70)
+    _close_fds_except({channel_fd})
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    _set_limits(opts)
+    is_root = os.geteuid() == 0
+    applied["netns"] = bool(opts.get("network_isolation")) and is_root and _libc().unshare(CLONE_NEWNET) == 0
+    user = opts.get("user") or ""
+    applied["user"] = False
+    if user and is_root:
+        pw = pwd.getpwnam(user)
+        os.setgroups([])
+        os.setgid(pw.pw_gid)
+        os.setuid(pw.pw_uid)
+        applied["user"] = True
+    applied["no_caps"] = bool(opts.get("drop_caps", True)) and _drop_capabilities()
+    return applied
+
+
+def others_can_read(path: Path) -> bool:
+    """Whether any user can reach and read `path` (o+x on every ancestor folder, o+r on the path)."""
+    import stat
+
+    path = Path(path).resolve()
+    try:
+        if not os.stat(path).st_mode & stat.S_IROTH:
+            return False
+        return all(os.stat(parent).st_mode & stat.S_IXOTH for parent in path.parents)
+    except OSError:
+        return False
+
+
+def resolve_user(name: str) -> tuple[int, int] | None:
+    """(uid, gid) of `name` when we are root, it exists, and it can read the Python installation, torch and
+    this package (a candidate imports modules lazily after the switch); else None (no user switch)."""
+    if not name or os.geteuid() != 0:
+        return None
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    import torch
+
+    needed = [Path(sys.executable), Path(torch.__file__).parent, Path(__file__).parent]
+    if not all(others_can_read(p) for p in needed):
+        return None
+    return pw.pw_uid, pw.pw_gid
+
+
+def mark_trusted_process() -> None:
+    """Called by the trusted reference worker: not dumpable (no same-user ptrace or /proc/<pid>/mem reads)."""
+    prctl(PR_SET_DUMPABLE, 0)

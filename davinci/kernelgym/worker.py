@@ -1,0 +1,278 @@
+"""The candidate's process: trusted harness code that imports, runs and times one untrusted `ModelNew`.
+
+Forked from the zygote, it enters the sandbox (`sandbox.enter_sandbox`), initialises the device, says
+"ready" and waits (a warm spare waits here). The job message brings the per-job HMAC key, the build and
+cache folders and the init arguments. Before the candidate is imported the harness captures the function
+identities and global flags it will check later (`guards`), builds its timer (`timing.DeviceTimer`) and
+installs the Triton launch recorder; the key stays inside an `hmac` object. Then, one reply per request:
+
+    alloc   allocate an input slot (ipc: export its CUDA IPC descriptors for the reference worker to fill)
+    run     poison free device memory, forward once, device sync, check output types, export outputs
+            (host transport: with the inputs as they are after the call, for the mutation check)
+    time    fill input sets (host), warm up, time the calls, keep the outputs for the spot check
+    share   export one kept output;  release  poison and drop kept outputs and slots
+    profile one forward under torch.profiler (GPU): device time per kernel name
+    integrity  identities, global flags and threads now vs. before the import
+    bye     exit (os._exit: no atexit hooks, no buffered output)
+
+Nothing verdict-critical is decided here: outputs are compared and timings bounded in the supervisor and
+the reference worker. The candidate's stdout/stderr go to the job's log file (read only for feedback).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+
+from davinci.kernelgym import guards, transport
+from davinci.kernelgym.compare import flatten_outputs
+from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
+from davinci.kernelgym.sandbox import enter_sandbox
+from davinci.kernelgym.timing import DeviceTimer
+
+
+# Captured when the zygote imports this module, long before any candidate exists in the process.
+_type, _isinstance = type, isinstance
+
+
+def _tb(exc: BaseException, limit: int = 4000) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-limit:]
+
+
+def _check_leaves(leaves: list[Any], device: str) -> dict[str, str] | None:
+    """None when every output leaf is exactly a dense torch.Tensor on the device (or a plain number)."""
+    for i, leaf in enumerate(leaves):
+        kind = _type(leaf)
+        if kind in (int, float, bool):
+            continue
+        if _isinstance(leaf, torch.Tensor) and kind is not torch.Tensor:
+            return {"subclass": f"output {i} is a {kind.__module__}.{kind.__qualname__}, a torch.Tensor subclass"}
+        if kind is not torch.Tensor:
+            return {"bad_output": f"output {i} is a {kind.__name__}, not a torch.Tensor"}
+        if leaf.layout is not torch.strided or leaf.is_meta or leaf.is_quantized:
+            return {"bad_output": f"output {i} has layout {leaf.layout} (a dense strided tensor is required)"}
+        if leaf.device.type != torch.device(device).type:
+            return {"bad_output": f"output {i} is on {leaf.device}, expected {device}"}
+    return None
+
+
+class Harness:
+    def __init__(self, sock: Any, job: dict[str, Any], blobs: list[Any], sandbox: dict[str, bool]) -> None:
+        self.device = job["device"]
+        self.cuda = self.device.startswith("cuda")
+        # Inference only, set once (not per call) so the candidate's calls cost what the baseline's cost.
+        torch.set_grad_enabled(False)
+        self.mode = job.get("transport", "host")
+        self.rec = guards.LaunchRecorder()
+        self.rec.install(self.cuda)
+        self.refs = guards.capture()
+        self.state0 = guards.global_state()
+        self.timer = DeviceTimer(self.device, int(job.get("l2_flush_mb", 256)))
+        self.chan = Channel(sock, sign_key=bytes.fromhex(job["key"]))
+        job["key"] = ""
+        self._exit, self._perf = os._exit, time.perf_counter
+        self._sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        self.sandbox = sandbox
+        self.init_args = transport.decode(job.get("init", []), blobs, "cpu")
+        self.slots: dict[str, list[Any]] = {}
+        self.kept: dict[str, list[Any]] = {}
+        self.model: Any = None
+        self.threads0 = guards.thread_counts()
+        self.warmed = False
+
+    # --- compile phase ---
+    def load(self, job: dict[str, Any]) -> dict[str, Any]:
+        os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
+        log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        faulthandler.enable()
+        t0 = self._perf()
+        try:
+            spec = importlib.util.spec_from_file_location(job["module"], job["path"])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[job["module"]] = module
+            spec.loader.exec_module(module)
+            if job.get("prebuild"):
+                return {"ok": True, "import_s": self._perf() - t0}
+            cls = getattr(module, "ModelNew", None)
+            if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+                return {"ok": False, "error": "the candidate defines no class ModelNew(nn.Module)"}
+            torch.manual_seed(int(job["init_seed"]))
+            model = cls(*self.init_args)
+            self.model = model.to(self.device)
+        except BaseException as exc:  # SystemExit / KeyboardInterrupt from the candidate too
+            return {"ok": False, "error": _tb(exc)}
+        self.threads0 = guards.thread_counts()
+        return {"ok": True, "import_s": self._perf() - t0, "sandbox": self.sandbox, "l2_reset": self.timer.l2_reset}
+
+    # --- ops ---
+    def _fill(self, slot: list[Any], descs: Any, blobs: list[Any]) -> None:
+        values = transport.decode(descs, blobs, "cpu")
+        if len(values) != len(slot):
+            raise ValueError("fill does not match the slot")
+        for i, v in enumerate(values):
+            if isinstance(slot[i], torch.Tensor) and isinstance(v, torch.Tensor):
+                slot[i].copy_(v)
+            else:
+                slot[i] = v
+
+    def op_alloc(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        slot = transport.allocate(h["spec"], self.device)
+        self.slots[h["slot"]] = slot
+        if self.mode == "ipc":
+            return {"ok": True, "descs": transport.encode(slot, "ipc", [])}, []
+        return {"ok": True}, []
+
+    def op_run(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        slot = self.slots[h["slot"]]
+        if h.get("fill") is not None:
+            self._fill(slot, h["fill"], blobs)
+        poisoned = guards.poison_cached_blocks(self.device, int(h["poison"])) if h.get("poison") is not None else 0
+        before = guards.thread_counts()
+        self.rec.start()
+        t0 = self._perf()
+        try:
+            out = self.model(*slot)
+            self._sync()
+        except BaseException as exc:
+            self.rec.stop()
+            return {"ok": False, "error": _tb(exc)}, []
+        fwd_ms = (self._perf() - t0) * 1e3
+        launched, kernel_ms = self.rec.stop()
+        leaves = flatten_outputs(out)
+        evidence = {"launched": launched, "kernel_ms": kernel_ms, "forward_ms": fwd_ms, "poisoned": poisoned,
+                    "threads": [*before, *guards.thread_counts()]}
+        bad = _check_leaves(leaves, self.device)
+        if bad:
+            return {"ok": False, **bad, "evidence": evidence}, []
+        self.kept[h["tag"]] = leaves
+        out_blobs: list[Any] = []
+        reply = {"ok": True, "outputs": transport.encode(leaves, self.mode, out_blobs), "evidence": evidence}
+        if self.mode == "host":
+            reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
+        return reply, out_blobs
+
+    def op_time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        sets = [self.slots[name] for name in h["sets"]]
+        for slot, descs in zip(sets, h.get("fill") or []):
+            self._fill(slot, descs, blobs)
+        self.kept.pop("timed", None)
+        call = self.model  # the same call the reference worker times for the baselines
+        if not self.warmed:
+            self.timer.warmup(call, sets[0], int(h.get("warmup", 2)))
+            self.timer.calibrate()
+            self.warmed = True
+        before = guards.thread_counts()
+        events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True)
+        leaves = [flatten_outputs(o) for o in outs]
+        ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
+        self.kept["timed"] = leaves  # type: ignore[assignment]
+        return {"ok": True, "event_ms": events, "host_ms": hosts, "overhead_ms": self.timer.overhead_ms,
+                "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()]}, []
+
+    def op_share(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        leaves = self.kept[h["tag"]][int(h["index"])] if h["tag"] == "timed" else self.kept[h["tag"]]
+        bad = _check_leaves(leaves, self.device)
+        if bad:
+            return {"ok": False, **bad}, []
+        out_blobs: list[Any] = []
+        return {"ok": True, "outputs": transport.encode(leaves, self.mode, out_blobs)}, out_blobs
+
+    def op_release(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        for tag in h.get("tags", []):
+            kept = self.kept.pop(tag, None) or []
+            for leaf in flatten_outputs(kept):
+                # Destroy released results so nothing can hand the same memory back as a fresh answer.
+                if isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point:
+                    leaf.fill_(float("nan"))
+        for name in h.get("slots", []):
+            self.slots.pop(name, None)
+        if self.cuda:
+            self._sync()
+            torch.cuda.ipc_collect()
+            # When slots go (a trial or the timing phase ends), idle cached memory goes back to the driver:
+            # the reference worker shares the device. Never between timing rounds: a timed call would then
+            # pay for cudaMalloc.
+            if h.get("slots") and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (1 << 30):
+                torch.cuda.empty_cache()
+        return {"ok": True}, []
+
+    def op_profile(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        from torch.profiler import ProfilerActivity, profile
+
+        slot = self.slots[h["slot"]]
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            self.model(*slot)
+            self._sync()
+        kernels: dict[str, float] = {}
+        for e in prof.key_averages():
+            if str(getattr(e, "device_type", "")).endswith("CUDA"):
+                us = getattr(e, "device_time_total", None)
+                us = us if us is not None else getattr(e, "cuda_time_total", 0.0)
+                kernels[e.key] = kernels.get(e.key, 0.0) + float(us)
+        top = sorted(kernels.items(), key=lambda kv: -kv[1])[:64]
+        return {"ok": True, "kernels": top}, []
+
+    def op_integrity(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        return {"ok": True, "patched": guards.changed(self.refs),
+                "state_changed": guards.state_diff(self.state0, guards.global_state()),
+                "threads": [*self.threads0, *guards.thread_counts()]}, []
+
+    def serve(self, first_reply: dict[str, Any]) -> int:
+        ops = {"alloc": self.op_alloc, "run": self.op_run, "time": self.op_time, "share": self.op_share,
+               "release": self.op_release, "profile": self.op_profile, "integrity": self.op_integrity}
+        try:
+            self.chan.send(first_reply)
+            if not first_reply.get("ok"):
+                return 0
+            while True:
+                header, blobs = self.chan.recv()
+                op = header.get("op")
+                if op == "bye":
+                    return 0
+                try:
+                    reply, out_blobs = ops[op](header, blobs)
+                except BaseException as exc:
+                    reply, out_blobs = {"ok": False, "error": _tb(exc)}, []
+                self.chan.send(reply, out_blobs)
+        except ChannelError:
+            return 3
+
+
+def _init_device(device: str) -> None:
+    torch.set_num_threads(max(1, int(os.environ.get("KERNELGYM_CPU_THREADS", "1"))))
+    if device.startswith("cuda"):
+        torch.cuda.init()
+        torch.empty(1, device=device)
+
+
+def child_main(fd: int, opts: dict[str, Any], parent_pid: int) -> int:
+    """Entry point of a forked candidate process; returns the exit code (the caller os._exit()s)."""
+    applied = enter_sandbox(fd, opts, parent_pid)
+    chan = Channel(socket_from_fd(fd))
+    try:
+        _init_device(opts["device"])
+        chan.send({"op": "ready", "pid": os.getpid(), "sandbox": applied})
+        job, blobs = chan.recv()
+    except ChannelError:
+        return 3
+    except BaseException as exc:
+        try:
+            chan.send({"op": "ready", "error": _tb(exc)})
+        except ChannelError:
+            pass
+        return 4
+    if job.get("op") != "job":
+        return 2
+    harness = Harness(chan.sock, job, blobs, applied)
+    return harness.serve(harness.load(job))

@@ -1,0 +1,183 @@
+"""The fork server: a process with torch, triton and the harness imported (CUDA untouched) that forks
+candidate processes on request. Never runs candidate code itself.
+
+    python -m davinci.kernelgym.zygote <control fd> <json options>      (started by the supervisor)
+
+Requests on the control channel (JSON frames, see protocol.py):
+- {"op": "fork", "opts": {...}} followed by one byte carrying the child's channel fd (SCM_RIGHTS)
+  -> {"pid": N}; the child enters the sandbox and runs `worker.child_main`;
+- {"op": "reap", "pid": N, "kill": bool, "timeout": s} -> {"pid", "exited", "code", "signal"}: kills the
+  child's process group first when asked (the zygote knows the pid is not yet reaped, so never recycled),
+  then waits up to `timeout`;
+- {"op": "sweep", "keep": [pids]} -> {"killed": [...]}: kills every other child, including escaped
+  grandchildren reparented here (the zygote is a child subreaper);
+- end of file on the control channel: kill every child and exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+
+def _preload(opts: dict) -> dict[str, str]:
+    if opts.get("interpret"):
+        os.environ["TRITON_INTERPRET"] = "1"
+    import numpy  # noqa: F401
+    import torch
+    import torch.nn.functional  # noqa: F401
+    import torch.utils.cpp_extension  # noqa: F401
+
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    try:
+        import triton
+        import triton.language  # noqa: F401
+        import triton.runtime.interpreter  # noqa: F401  (the harness wraps its launch entry point)
+        import triton.runtime.jit  # noqa: F401
+
+        versions["triton"] = triton.__version__
+    except Exception as exc:  # a CPU box without triton still evaluates torch-only candidates
+        versions["triton"] = f"unavailable ({type(exc).__name__})"
+    try:
+        import torch.profiler  # noqa: F401
+    except Exception:
+        pass
+    from davinci.kernelgym import worker  # noqa: F401  (the harness, imported before any fork)
+
+    if torch.cuda.is_initialized():
+        raise RuntimeError("CUDA was initialised in the zygote; forked children would be broken")
+    return versions
+
+
+class Zygote:
+    def __init__(self, ctl_fd: int, opts: dict) -> None:
+        from davinci.kernelgym.protocol import Channel, socket_from_fd
+
+        self.ctl = Channel(socket_from_fd(ctl_fd))
+        self.opts = opts
+        self.exited: dict[int, int] = {}
+        self.children: set[int] = set()
+
+    def _collect(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.exited[pid] = status
+            self.children.discard(pid)
+
+    def _fork(self, header: dict) -> dict:
+        _, fds, _, _ = socket.recv_fds(self.ctl.sock, 1, 1)
+        if len(fds) != 1:
+            return {"error": "no channel fd received"}
+        fd = fds[0]
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                from davinci.kernelgym import worker
+
+                code = worker.child_main(fd, header.get("opts", {}), parent)
+            finally:
+                os._exit(code)
+        os.close(fd)
+        self.children.add(pid)
+        return {"pid": pid}
+
+    def _reap(self, header: dict) -> dict:
+        """Optionally SIGKILL a child's process group (only while it is unreaped, so its pid cannot have
+        been recycled), then wait for its exit status."""
+        pid = int(header["pid"])
+        self._collect()
+        if header.get("kill") and pid in self.children:
+            for fn in (os.killpg, os.kill):
+                try:
+                    fn(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + float(header.get("timeout", 5.0))
+        while pid not in self.exited and time.monotonic() < deadline:
+            self._collect()
+            if pid not in self.exited:
+                time.sleep(0.005)
+        status = self.exited.pop(pid, None)
+        if status is None:
+            return {"pid": pid, "exited": False}
+        code = os.waitstatus_to_exitcode(status)
+        return {"pid": pid, "exited": True, "code": code if code >= 0 else None, "signal": -code if code < 0 else None}
+
+    def _sweep(self, header: dict) -> dict:
+        import psutil
+
+        keep = set(header.get("keep", []))
+        for pid in list(keep):  # a live job's own subprocesses (ninja, nvcc, ...) stay
+            try:
+                keep.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+            except psutil.Error:
+                pass
+        killed = []
+        for child in psutil.Process().children(recursive=True):
+            if child.pid in keep:
+                continue
+            try:
+                child.kill()
+                killed.append(child.pid)
+            except psutil.Error:
+                pass
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline and any(p not in self.exited for p in killed if p in self.children):
+            self._collect()
+            time.sleep(0.005)
+        self._collect()
+        for pid in killed:
+            self.exited.pop(pid, None)
+        return {"killed": killed}
+
+    def serve(self) -> None:
+        from davinci.kernelgym.protocol import ChannelError
+
+        handlers = {"fork": self._fork, "reap": self._reap, "sweep": self._sweep}
+        while True:
+            try:
+                header, _ = self.ctl.recv()
+            except ChannelError:
+                break
+            op = header.get("op")
+            if op == "exit":
+                break
+            reply = handlers[op](header) if op in handlers else {"error": f"unknown op {op!r}"}
+            try:
+                self.ctl.send(reply)
+            except ChannelError:
+                break
+        self._sweep({"keep": []})
+
+
+def main(argv: list[str]) -> int:
+    from davinci.kernelgym.sandbox import PR_SET_CHILD_SUBREAPER, prctl
+
+    fd, opts = int(argv[0]), json.loads(argv[1]) if len(argv) > 1 else {}
+    # No parent-death signal here: it fires when the *thread* that spawned us exits. The end of file on
+    # the control channel (the supervisor died or closed it) is what shuts the zygote down.
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    z = Zygote(fd, opts)
+    try:
+        versions = _preload(opts)
+    except Exception as exc:
+        z.ctl.send({"op": "ready", "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    z.ctl.send({"op": "ready", "pid": os.getpid(), "versions": versions})
+    z.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""Static checks on small sources (one capability each), presets, and unknown names that must raise."""
+
+from __future__ import annotations
+
+import pytest
+
+from davinci.errors import UnknownName
+from davinci.kernelgym.backend import detect_backend, kernel_matches
+from davinci.kernelgym.checks import PRESETS, Evidence, resolve_checks, runtime_findings, static_findings
+
+PROBLEM = """import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+def get_inputs(): return []
+def get_init_inputs(): return []
+"""
+HONEST = """import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+@triton.jit
+def k(x_ptr, n, BLOCK: tl.constexpr):
+    pass
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+    def forward(self, x):
+        y = self.conv(x)
+        out = torch.empty_like(y)
+        k[(1,)](out, out.numel(), BLOCK=128)
+        return out
+"""
+
+
+def flags(code: str, preset: str = "strict") -> set[str]:
+    return {f.check for f in static_findings(resolve_checks(preset), code, PROBLEM, detect_backend(code))}
+
+
+def test_honest_partial_replacement_is_not_flagged():
+    assert flags(HONEST) == set()
+
+
+@pytest.mark.parametrize("snippet, check", [
+    ("import threading", "threads_processes"),
+    ("from concurrent.futures import ThreadPoolExecutor", "threads_processes"),
+    ("import os\nos.fork()", "threads_processes"),
+    ("import gc", "introspection"),
+    ("import sys\nf = sys._getframe(0)", "introspection"),
+    ("g = (lambda: 0).__globals__", "introspection"),
+    ("x = open('/tmp/x').read()", "io_access"),
+    ("import socket", "io_access"),
+    ("p = '/proc/self/fd'", "io_access"),
+    ("import sys\nsys.exit(0)", "process_exit"),
+    ("import ctypes", "native_escape"),
+    ("import time\ntime.perf_counter = lambda: 0.0", "monkeypatch"),
+    ("setattr(torch.cuda, 'synchronize', lambda: None)", "monkeypatch"),
+    ("torch.backends.cuda.matmul.allow_tf32 = True", "global_flags"),
+    ("s = torch.cuda.Stream()", "streams"),
+    ("src = 'cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);'", "streams"),
+    ("src = 'attr.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;'", "cache_control"),
+    ("class L(torch.Tensor):\n    pass", "tensor_subclass"),
+    ("y = torch.Tensor._make_subclass(torch.Tensor, torch.zeros(1))", "tensor_subclass"),
+    ("y = torch.zeros(2).half()", "precision_downgrade"),
+    ("y = tl.dot(a, b, input_precision='tf32')", "precision_downgrade"),
+])
+def test_each_static_check_fires_on_its_capability(snippet, check):
+    assert check in flags(HONEST + "\n" + snippet + "\n")
+
+
+def test_exact_dot_products_are_not_a_downgrade():
+    assert "precision_downgrade" not in flags(HONEST + "\ny = tl.dot(a, b, input_precision='ieee')\n")
+
+
+def test_torch_fallback_needs_every_reference_op_in_torch():
+    both = HONEST.replace("y = self.conv(x)", "y = torch.relu(self.conv(x))")
+    assert "torch_fallback" in flags(both)
+    assert "torch_fallback" not in flags(HONEST)  # conv kept, relu replaced: a partial kernel, allowed
+
+
+def test_reference_reuse_and_try_fallbacks():
+    inherit = HONEST.replace("class ModelNew(nn.Module):", "class ModelNew(Model):")
+    assert "reference_fallback" in flags(inherit)
+    guarded = HONEST.replace("        return out\n", "        try:\n            return out\n        except Exception:\n"
+                                                   "            return torch.relu(y)\n")
+    assert {"try_fallback", "try_except_any"} <= flags(guarded)
+    assert "try_except_any" not in flags(guarded, "default") and "try_fallback" in flags(guarded, "default")
+
+
+def test_no_kernel_backend_and_kernel_names():
+    plain = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert "no_custom_kernel" in flags(plain)
+    cuda = 'from torch.utils.cpp_extension import load_inline\nsrc = "__global__ void relu_kernel(float* x) {}"\n'
+    info = detect_backend(cuda)
+    assert info.backend == "cuda" and info.cuda_kernels == ("relu_kernel",)
+    assert kernel_matches("relu_kernel(float*)", info.kernel_names)
+    assert kernel_matches("_Z11relu_kernelPf", info.kernel_names)
+    assert not kernel_matches("my_relu_kernel2", info.kernel_names)
+
+
+def test_presets_and_unknown_names():
+    assert PRESETS["none"] == () and set(PRESETS["default"]) < set(PRESETS["strict"])
+    assert resolve_checks("streams, decoy_kernel") == ("streams", "decoy_kernel")
+    with pytest.raises(UnknownName) as e:
+        resolve_checks("strickt")
+    assert "strict" in e.value.hint
+    with pytest.raises(UnknownName):
+        resolve_checks("streams,not_a_check")
+
+
+def test_runtime_checks_read_evidence():
+    ev = Evidence(backend="triton", kernel_names=("relu_kernel",), cuda=True, launched=set(),
+                  cand_event_ms=[0.1] * 5, cand_host_ms=[2.0] * 5, overhead_ms=0.02)
+    got = {f.check for f in runtime_findings(resolve_checks("runtime"), ev)}
+    assert {"decoy_kernel", "timing_escape"} <= got
+    ev.launched, ev.cand_host_ms = {"relu_kernel"}, [0.13] * 5
+    assert runtime_findings(resolve_checks("runtime"), ev) == []
+    ev.reported_ms, ev.wall_estimate_ms, ev.timing_rounds = 0.1, 5.0, 3
+    assert [f.check for f in runtime_findings(resolve_checks("runtime"), ev)] == ["wall_clock_mismatch"]

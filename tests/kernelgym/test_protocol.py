@@ -1,0 +1,88 @@
+"""The wire: frames, HMAC authentication, sequence numbers, deadlines; tensors as validated bytes."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import torch
+
+from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
+from davinci.kernelgym.transport import TransportError, allocate, decode, encode, spec_of
+
+
+def pair(key: bytes | None = None) -> tuple[Channel, Channel]:
+    a, b = socket.socketpair()
+    return Channel(a, sign_key=key), Channel(b, verify_key=key)
+
+
+def test_frames_round_trip_with_blobs_and_authentication():
+    tx, rx = pair(b"k" * 32)
+    tx.send({"op": "x", "v": [1, 2]}, [b"abc", memoryview(b"defg")])
+    header, blobs = rx.recv(time.monotonic() + 2)
+    assert header["op"] == "x" and [bytes(b) for b in blobs] == [b"abc", b"defg"]
+
+
+def test_a_frame_signed_with_another_key_is_rejected():
+    a, b = socket.socketpair()
+    Channel(a, sign_key=b"wrong" * 8).send({"op": "forged"})
+    with pytest.raises(ProtocolError, match="authentication"):
+        Channel(b, verify_key=b"right" * 8).recv(time.monotonic() + 2)
+
+
+def test_raw_bytes_and_replayed_frames_are_rejected():
+    a, b = socket.socketpair()
+    a.sendall(b"correct: true\n" * 4)
+    with pytest.raises(ProtocolError):
+        Channel(b).recv(time.monotonic() + 2)
+    tx, rx = pair()
+    tx.send({"op": "one"})
+    rx.recv(time.monotonic() + 2)
+    tx._send_seq = 0  # replay sequence number 0
+    tx.send({"op": "again"})
+    with pytest.raises(ProtocolError, match="sequence"):
+        rx.recv(time.monotonic() + 2)
+
+
+def test_deadline_and_closed_peer():
+    tx, rx = pair()
+    t0 = time.monotonic()
+    with pytest.raises(ChannelTimeout):
+        rx.recv(time.monotonic() + 0.2)
+    assert time.monotonic() - t0 < 1.0
+    tx.close()
+    with pytest.raises(ChannelClosed):
+        rx.recv(time.monotonic() + 2)
+
+
+def test_oversized_frames_are_refused_before_allocation():
+    a, b = socket.socketpair()
+    Channel(a).send({"op": "big"}, [b"x" * 1000])
+    with pytest.raises(ProtocolError):
+        Channel(b, max_blob_bytes=100).recv(time.monotonic() + 2)
+
+
+def test_tensors_and_values_cross_as_bytes():
+    values = [torch.arange(6, dtype=torch.float32).reshape(2, 3).t(), 3, (torch.tensor([True, False]), None),
+              torch.zeros(0, 4, dtype=torch.bfloat16)]
+    blobs: list = []
+    descs = encode(values, "host", blobs)
+    out = decode(descs, blobs, "cpu")
+    assert torch.equal(out[0], values[0]) and out[1] == 3 and torch.equal(out[2][0], values[2][0])
+    assert out[2][1] is None and out[3].shape == (0, 4) and out[3].dtype == torch.bfloat16
+    slot = allocate(spec_of(values[:2]), "cpu")
+    assert slot[0].shape == (3, 2) and slot[1] == 3
+
+
+@pytest.mark.parametrize("desc", [
+    {"kind": "tensor", "dtype": "float32", "shape": [4], "blob": 0},          # 8 bytes for 16 needed
+    {"kind": "tensor", "dtype": "object", "shape": [2], "blob": 0},
+    {"kind": "tensor", "dtype": "float32", "shape": [-1], "blob": 0},
+    {"kind": "pickle", "data": "gASV"},
+    {"kind": "ipc", "dtype": "float32", "shape": [4], "stride": [1], "offset": 2, "size_bytes": 16,
+     "device": 0, "storage_offset_bytes": 0, "ref_offset": 0},                # view past its storage
+])
+def test_malformed_descriptors_raise(desc):
+    with pytest.raises(TransportError):
+        decode([desc], [b"\0" * 8], "cpu")

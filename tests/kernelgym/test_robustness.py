@@ -1,0 +1,123 @@
+"""Crashes, hangs, exits, segfaults and attacks on the harness are verdicts; the evaluator keeps serving
+and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from davinci.kernelgym import Evaluator, GymConfig
+from davinci.types import Candidate, Problem
+
+
+def marked_processes(ev: Evaluator) -> list[psutil.Process]:
+    """Live processes of `ev`'s lanes: every worker and candidate carries its lane's KERNELGYM_LANE marker,
+    including processes that escaped the process tree."""
+    markers = {lane.marker for lane in ev.lanes}
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("KERNELGYM_LANE") in markers and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory, make_config):
+    ev = Evaluator(make_config(tmp_path_factory.mktemp("kg-quick"), compile_timeout_s=4.0, run_timeout_s=2.0,
+                               measure_performance=False))
+    yield ev
+    ev.close()
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("fail_segfault", "crash"), ("fail_hang_forward", "timeout"), ("fail_hang_import", "timeout"),
+    ("fail_raise_forward", "runtime"), ("fail_syntax", "compile"), ("fail_no_modelnew", "compile"),
+    ("fail_memory_bomb", "runtime"), ("fail_wrong_shape", "mismatch"), ("cheat_exit_forward", "crash"),
+])
+def test_failure_is_a_verdict_and_the_evaluator_keeps_serving(quick, problem, candidate, name, kind):
+    p = problem("relu")
+    r = quick.evaluate(p, candidate(name, p), seed=0)
+    assert not r.correct and r.error_kind == kind, r.feedback
+    assert r.feedback.startswith("verdict:") and "/work/" not in r.feedback
+    honest = quick.evaluate(p, candidate("honest_relu", p), seed=0)
+    assert honest.correct, honest.feedback
+
+
+def test_feedback_points_at_the_problem(quick, problem, candidate):
+    p = problem("relu")
+    syntax = quick.evaluate(p, candidate("fail_syntax", p))
+    assert "SyntaxError" in syntax.feedback and "class ModelNew(nn.Module)" in syntax.feedback
+    crash = quick.evaluate(p, candidate("fail_segfault", p))
+    assert "SIGSEGV" in crash.feedback
+    wrong = quick.evaluate(p, candidate("cheat_stale_memory", p))
+    assert "first at [" in wrong.feedback and "max abs err" in wrong.feedback
+
+
+def test_escaped_processes_are_killed(quick, problem, candidate):
+    p = problem("relu")
+    r = quick.evaluate(p, candidate("cheat_orphan_process", p))
+    assert not r.correct
+    lane = quick.lanes[0]
+    live = {lane.ref.popen.pid, lane.zygote.popen.pid} | lane.live_children
+    leftovers = [proc for proc in marked_processes(quick) if proc.pid not in live]
+    assert leftovers == []
+
+
+def test_cuda_candidate_needs_a_gpu_and_a_broken_problem_is_not_the_candidates_fault(quick, problem):
+    p = problem("relu")
+    cuda_code = ('from torch.utils.cpp_extension import load_inline\nimport torch.nn as nn\n'
+                 'src = "__global__ void k(float* x) {}"\nclass ModelNew(nn.Module):\n    pass\n')
+    r = quick.evaluate(p, Candidate(p.id, cuda_code, "cuda"))
+    assert r.error_kind == "needs_gpu" and "GPU" in r.feedback
+    broken = Problem(id="x/broken", source="synthetic", level=1, name="broken",
+                     code=p.code.replace("def get_inputs():", "def get_inputs():\n    raise ValueError('bad problem')"))
+    plain = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x.relu()\n"
+    r = quick.evaluate(broken, Candidate(broken.id, plain, "triton"))
+    assert r.error_kind == "reference" and "bad problem" in r.error
+
+
+def test_cuda_device_without_gpu_is_a_clear_verdict(tmp_path, problem, candidate):
+    p = problem("relu")
+    with Evaluator(GymConfig(device="cuda", cache_dir=str(tmp_path))) as ev:
+        r = ev.evaluate(p, candidate("honest_relu", p))
+    assert r.error_kind == "needs_gpu" and "no GPU" in r.error
+
+
+def test_close_leaves_no_process_behind(tmp_path, make_config, problem, candidate):
+    p = problem("relu")
+    ev = Evaluator(make_config(tmp_path, measure_performance=False))
+    assert ev.evaluate(p, candidate("honest_relu", p)).correct
+    lanes = list(ev.lanes)
+    assert len(marked_processes(ev)) >= 3  # reference worker, zygote, the spare candidate process
+    ev.close()
+    ev.lanes = lanes
+    assert marked_processes(ev) == []
+
+
+def test_batch_keeps_order_and_seeds_reproduce_inputs(quick, problem, candidate):
+    p = problem("hinge_loss")
+    names = ["honest_hinge", "cheat_analytical_hinge", "honest_hinge", "cheat_analytical_hinge"]
+    results = quick.evaluate_batch([(p, candidate(n, p)) for n in names], seed=5)
+    assert [r.correct for r in results] == [True, False, True, False]
+    # Same seed (same evaluator secret) -> same inputs -> the same values in the mismatch report.
+    assert "vs reference" in results[1].feedback and results[1].feedback == results[3].feedback
+    other = quick.evaluate(p, candidate("cheat_analytical_hinge", p), seed=6)
+    assert other.error_kind == "mismatch" and other.feedback != results[1].feedback
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="user switch and network namespace need root")
+def test_candidate_runs_sandboxed(quick, problem, candidate):
+    p = problem("relu")
+    r = quick.evaluate(p, candidate("honest_relu", p))
+    switched = quick.lanes[0].user is not None  # only when `nobody` can read the Python installation
+    assert r.correct and r.details["sandbox"] == {"pdeathsig": True, "netns": True, "user": switched, "no_caps": True}
+    attack = quick.evaluate(p, candidate("cheat_kill_parent", p))  # kills the fork server if it can
+    assert not attack.correct
+    if switched:
+        assert "Operation not permitted" in attack.error
+    assert quick.evaluate(p, candidate("honest_relu", p)).correct  # a restarted fork server serves on
