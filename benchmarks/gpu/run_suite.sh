@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Run named GPU jobs in one call of a lent GPU machine, each under its own time limit; keep every log and
+# result in one archive under $OUT (a call brings back at most 8 files), and print each job's tail.
+#
+#   OUT=/tmp/out benchmarks/gpu/run_suite.sh hacks:240 bench:200 datacheck:110
+#
+# Jobs (name:seconds): hacks, bench, datacheck, baselines0, baselines1, survival, seedskills, rl, gputests.
+# Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
+set -u
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/davinci-gpu-out}"
+mkdir -p "$OUT"
+WORK="$(mktemp -d)"
+export PYTHONUNBUFFERED=1
+export KERNELBENCH_DIR="${KERNELBENCH_DIR:-$PWD/.gpu/kernelbench}" DAVINCI_KERNELBENCH="${DAVINCI_KERNELBENCH:-$PWD/.gpu/kernelbench}"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH="$PWD:/tmp/site:${PYTHONPATH:-}"
+else
+  export PYTHONPATH="$PWD:${PYTHONPATH:-}"
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$WORK/device.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$WORK/device.txt"
+
+job_cmd() {
+  case "$1" in
+    hacks)      echo "python3 benchmarks/gpu/kernelgym_hacks_gpu.py" ;;
+    bench)      echo "python3 benchmarks/kernelgym_bench.py" ;;
+    datacheck)  echo "python3 -m data_prep.gpu_check --synthetic 8 --out $2" ;;
+    baselines0) echo "python3 benchmarks/gpu/kernelgym_baselines_l1.py --start 0 --stop 50" ;;
+    baselines1) echo "python3 benchmarks/gpu/kernelgym_baselines_l1.py --start 50 --stop 100" ;;
+    survival)   echo "python3 benchmarks/gpu/kernelgym_survival_gpu.py" ;;
+    seedskills) echo "python3 benchmarks/gpu/skills_admit_seed.py" ;;
+    rl)         echo "python3 benchmarks/gpu/rl_tiny_gpu.py" ;;
+    gputests)   echo "python3 -m pytest -q -m gpu tests/kernelgym tests/data_prep tests/skills -p no:cacheprovider" ;;
+    *) return 1 ;;
+  esac
+}
+
+summary=()
+for spec in "$@"; do
+  name="${spec%%:*}"; limit="${spec##*:}"
+  dir="$WORK/$name"; mkdir -p "$dir"
+  cmd="$(job_cmd "$name" "$dir")" || { echo "unknown job $name"; continue; }
+  echo; echo "===== $name (limit ${limit}s): $cmd"
+  start=$(date +%s)
+  OUT="$dir" timeout --kill-after=10 "$limit" bash -c "$cmd" > "$dir/log.txt" 2>&1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  tail -n 45 "$dir/log.txt"
+  summary+=("$name rc=$rc ${took}s")
+done
+tar czf "$OUT/gpu_suite.tgz" -C "$WORK" .
+echo; echo "===== summary"; cat "$WORK/device.txt"; printf '%s\n' "${summary[@]}"
