@@ -2,7 +2,8 @@
 # Run named GPU jobs in one call of a lent GPU machine, each under its own time limit; keep every log and
 # result in one archive under $OUT (a call brings back at most 8 files), and print each job's tail.
 #
-#   OUT=/tmp/out benchmarks/gpu/run_suite.sh hacks:240 bench:200 datacheck:110
+#   OUT=/tmp/out benchmarks/gpu/run_suite.sh hacks!:240 bench:200 datacheck:110
+#   (a `!` after the name: stop the suite when that job fails)
 #
 # Jobs (name:seconds): hacks, bench, datacheck, baselines0, baselines1, survival, seedskills, rl, gputests.
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
@@ -39,7 +40,8 @@ job_cmd() {
 
 summary=()
 for spec in "$@"; do
-  name="${spec%%:*}"; limit="${spec##*:}"
+  name="${spec%%:*}"; limit="${spec##*:}"; must=0
+  case "$name" in *!) name="${name%!}"; must=1 ;; esac
   dir="$WORK/$name"; mkdir -p "$dir"
   cmd="$(job_cmd "$name" "$dir")" || { echo "unknown job $name"; continue; }
   echo; echo "===== $name (limit ${limit}s): $cmd"
@@ -49,6 +51,7 @@ for spec in "$@"; do
   took=$(( $(date +%s) - start ))
   tail -n 45 "$dir/log.txt"
   summary+=("$name rc=$rc ${took}s")
+  if [ "$must" = 1 ] && [ "$rc" != 0 ]; then summary+=("stopped: $name failed"); break; fi
 done
 tar czf "$OUT/gpu_suite.tgz" -C "$WORK" .
 echo; echo "===== summary"; cat "$WORK/device.txt"; printf '%s\n' "${summary[@]}"

@@ -62,6 +62,9 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
+    # Answer `torch.cuda.is_available()` through NVML so no import initialises the CUDA driver before a fork
+    # (see zygote._preload).
+    env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     env.update(extra or {})
     return env
 

@@ -27,6 +27,10 @@ import time
 def _preload(opts: dict) -> dict[str, str]:
     if opts.get("interpret"):
         os.environ["TRITON_INTERPRET"] = "1"
+    # `torch.cuda.is_available()` calls cudaGetDeviceCount, which initialises the driver and poisons fork;
+    # torch 2.11's `import torch.utils.cpp_extension` (and Triton's driver probe) call it at import. The NVML
+    # based check answers without touching the CUDA driver, so the children forked from here can use CUDA.
+    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
     import numpy  # noqa: F401
     import torch
     import torch.nn.functional  # noqa: F401
@@ -50,7 +54,24 @@ def _preload(opts: dict) -> dict[str, str]:
 
     if torch.cuda.is_initialized():
         raise RuntimeError("CUDA was initialised in the zygote; forked children would be broken")
+    if _fork_poisoned():
+        raise RuntimeError("an import in the zygote touched the CUDA driver (torch marks forked children as "
+                           "unable to use CUDA); set PYTORCH_NVML_BASED_CUDA_CHECK=1 and check the preloaded imports")
     return versions
+
+
+def _fork_poisoned() -> bool:
+    """Fork a throwaway child and ask torch whether it considers that child a bad fork (CUDA unusable)."""
+    import torch
+
+    probe = getattr(torch._C, "_cuda_isInBadFork", None)
+    if probe is None:  # a CPU-only build has no CUDA to poison
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if probe() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
 
 
 class Zygote:
