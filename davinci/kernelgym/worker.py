@@ -73,6 +73,8 @@ class Harness:
         self.mode = job.get("transport", "host")
         self.rec = guards.LaunchRecorder()
         self.rec.install(self.cuda)
+        import torch._dynamo  # noqa: F401  (it rebinds torch.manual_seed on first import: do that before capturing)
+
         self.refs = guards.capture()
         self.state0 = guards.global_state()
         self.timer = DeviceTimer(self.device, int(job.get("l2_flush_mb", 256)))
