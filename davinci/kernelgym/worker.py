@@ -22,6 +22,7 @@ the reference worker. The candidate's stdout/stderr go to the job's log file (re
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import importlib.util
 import os
 import sys
@@ -73,7 +74,7 @@ class Harness:
         self.mode = job.get("transport", "host")
         self.rec = guards.LaunchRecorder()
         self.rec.install(self.cuda)
-        import torch._dynamo  # noqa: F401  (it rebinds torch.manual_seed on first import: do that before capturing)
+        importlib.import_module("torch._dynamo")  # rebinds torch.manual_seed on first import: before capturing
 
         self.refs = guards.capture()
         self.state0 = guards.global_state()

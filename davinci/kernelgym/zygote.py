@@ -111,6 +111,10 @@ class Zygote:
                 from davinci.kernelgym import worker
 
                 code = worker.child_main(fd, header.get("opts", {}), parent)
+            except BaseException:  # the harness itself failed: leave the reason in zygote.log
+                import traceback
+
+                traceback.print_exc()
             finally:
                 os._exit(code)
         os.close(fd)
