@@ -5,7 +5,7 @@
 #   OUT=/tmp/out benchmarks/gpu/run_suite.sh hacks!:240 bench:200 datacheck:110
 #   (a `!` after the name: stop the suite when that job fails)
 #
-# Jobs (name:seconds): hacks, bench, datacheck, baselines0, baselines1, survival, seedskills, rl, gputests.
+# Jobs (name:seconds): hacks (strict), hacksall, bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests.
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
 set -u
 cd "$(dirname "$0")/../.."
@@ -25,14 +25,16 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 
 job_cmd() {
   case "$1" in
-    hacks)      echo "python3 benchmarks/gpu/kernelgym_hacks_gpu.py" ;;
+    hacks)      echo "python3 benchmarks/gpu/kernelgym_hacks_gpu.py --presets strict" ;;
+    hacksall)   echo "python3 benchmarks/gpu/kernelgym_hacks_gpu.py" ;;
     bench)      echo "python3 benchmarks/kernelgym_bench.py" ;;
     datacheck)  echo "python3 -m data_prep.gpu_check --synthetic 8 --out $2" ;;
+    baselines)  echo "python3 benchmarks/gpu/kernelgym_baselines_l1.py --max-s 1.5 --budget-s ${BASELINE_BUDGET_S:-470}" ;;
     baselines0) echo "python3 benchmarks/gpu/kernelgym_baselines_l1.py --start 0 --stop 50" ;;
     baselines1) echo "python3 benchmarks/gpu/kernelgym_baselines_l1.py --start 50 --stop 100" ;;
     survival)   echo "python3 benchmarks/gpu/kernelgym_survival_gpu.py" ;;
-    seedskills) echo "python3 benchmarks/gpu/skills_admit_seed.py" ;;
-    rl)         echo "python3 benchmarks/gpu/rl_tiny_gpu.py" ;;
+    seedskills) echo "python3 benchmarks/gpu/skills_admit_seed.py --budget-s ${SEED_BUDGET_S:-300}" ;;
+    rl)         echo "python3 benchmarks/gpu/rl_tiny_gpu.py --budget-s ${RL_BUDGET_S:-120}" ;;
     gputests)   echo "python3 -m pytest -q -m gpu tests/kernelgym tests/data_prep tests/skills -p no:cacheprovider" ;;
     *) return 1 ;;
   esac
