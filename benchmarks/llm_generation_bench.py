@@ -83,10 +83,16 @@ def main() -> None:
     backend.generate(prompts(texts, 2, args.prompt_chars), Sampling(max_new_tokens=8, seed=0))  # warm-up
     rows = []
     for b in sizes:
-        row = measure(backend, prompts(texts, b, args.prompt_chars), args.new_tokens, args.repeats, args.greedy)
+        try:
+            row = measure(backend, prompts(texts, b, args.prompt_chars), args.new_tokens, args.repeats, args.greedy)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory at a large batch: report, go on
+            print(f"  batch {b:4d}: failed: {type(exc).__name__}: {exc}", flush=True)
+            continue
         rows.append(row)
         print(f"  batch {b:4d}: {row['tokens_per_s']:9.1f} tok/s", flush=True)
-    base = rows[0]["tokens_per_s"]
+    if not rows:
+        raise SystemExit("every batch size failed")
+    base = rows[0]["tokens_per_s"] / rows[0]["batch"]  # one sequence's throughput at the smallest batch
     print(f"\n{'batch':>6} {'prompt tok':>10} {'new tok':>8} {'seconds':>8} {'tok/s':>9} {'tok/s/seq':>9} {'x batch 1':>9}")
     for r in rows:
         print(f"{r['batch']:6d} {r['prompt_tokens']:10.0f} {r['tokens']:8d} {r['seconds']:8.2f} {r['tokens_per_s']:9.1f} "

@@ -1,0 +1,271 @@
+"""The multi-turn episode runner: selection -> policy turns -> summary, batched across a group of problems.
+
+For each problem and each of its `group_size` samples (the group of the advantage estimators):
+1. Selection: BM25 top-`skills.bm25_top_k` skills of the library (`BM25Retriever` over admitted skills);
+   when `skills.rerank` and there are >= 2 candidates, the backbone reranks them (`selection_messages`,
+   parsed by `parse_rerank`; an unparsable answer falls back to the BM25 order and counts as a parse
+   failure). The first `skills.select_k` become the policy's skills.
+2. Policy turns t = 0..T-1: `policy_messages` (turn t > 0 adds the last attempt and the evaluator's
+   feedback); code extracted by `extract_code` (no code = parse failure, no evaluation, and the next
+   prompt says so); all candidates of a turn are evaluated in one `evaluate_fn` call. An episode stops
+   early per `agents.stop_when` (never / correct / fast: correct with speedup >= `agents.stop_speedup`).
+3. Summary: for each problem, its best `agents.summaries_per_problem` solved episodes (highest speedup
+   first) summarize their best turn into a skill JSON, parsed by `parse_skill_json` with the episode's own
+   (problem, kernel) as the skill's example; rejections keep their reason.
+
+Every stage generates for all live episodes in one backend call (the backend batches), so a group costs
+one call per stage, not one per episode. Sampling is seeded per (profile seed, epoch, stage); greedy for
+eval. Metrics (parse failures per agent, tokens, generation/evaluation seconds) go to `logger` with
+`step=epoch`, and `episode_metrics` computes the episode part for anyone holding episodes.
+
+    episodes = run_episodes(problems, library, HFBackend(bb), profile, epoch=0, group_size=4,
+                            greedy=False, evaluate_fn=lambda items: evaluate_batch(items, profile.gym))
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from davinci.agents.episode import Episode, Generation, Turn
+from davinci.agents.parsers import extract_code
+from davinci.agents.render import Attempt, policy_messages, selection_messages, summary_messages, template
+from davinci.errors import DavinciError
+from davinci.llm.types import GenerationBackend, GenOutput, Message, Sampling
+from davinci.skills import BM25Retriever, Example, Skill, SkillProvenance, parse_rerank, parse_skill_json
+from davinci.tracking import MetricLogger
+from davinci.types import Candidate, Problem, Provenance
+
+EvaluateFn = Callable[[Sequence[tuple[Problem, Candidate]]], Sequence[Any]]
+SUMMARY_STAGE = 999  # seed offset of the summary stage (selection = 0, turn t = t + 1)
+
+
+@dataclass
+class _Draft:
+    """An episode while it is being built (mutable; frozen into an `Episode` at the end)."""
+
+    problem: Problem
+    episode_id: str
+    sample_index: int
+    candidates: list[Skill] = field(default_factory=list)
+    selected: list[Skill] = field(default_factory=list)
+    selection: Generation | None = None
+    turns: list[Turn] = field(default_factory=list)
+    history: list[Attempt] = field(default_factory=list)
+    done: bool = False
+    summary: Generation | None = None
+    skill_candidate: dict | None = None
+    skill_rejection: str | None = None
+
+    def freeze(self, epoch: int) -> Episode:
+        return Episode(
+            episode_id=self.episode_id,
+            problem_id=self.problem.id,
+            epoch=epoch,
+            sample_index=self.sample_index,
+            selection=self.selection,
+            bm25_ids=tuple(s.id for s in self.candidates),
+            selected_ids=tuple(s.id for s in self.selected),
+            turns=tuple(self.turns),
+            summary=self.summary,
+            skill_candidate=self.skill_candidate,
+            skill_rejection=self.skill_rejection,
+        )
+
+
+@dataclass
+class _Run:
+    """What every stage needs: the backend, the profile's knobs, the epoch, and the clocks."""
+
+    backend: GenerationBackend
+    profile: Any
+    epoch: int
+    greedy: bool
+    gen_seconds: float = 0.0
+    eval_seconds: float = 0.0
+
+    def sampling(self, max_new_tokens: int, stage: int) -> Sampling:
+        cfg = self.profile.agents
+        seed = None if self.greedy else (int(self.profile.seed) * 7919 + self.epoch) * 1000 + stage
+        return Sampling(max_new_tokens, cfg.temperature, cfg.top_p, greedy=self.greedy, seed=seed)
+
+    def generate(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> list[GenOutput]:
+        start = time.perf_counter()
+        outs = self.backend.generate(prompts, sampling) if prompts else []
+        self.gen_seconds += time.perf_counter() - start
+        return list(outs)
+
+    def evaluate(self, fn: EvaluateFn, items: list[tuple[Problem, Candidate]]) -> list[dict]:
+        if not items:
+            return []
+        start = time.perf_counter()
+        results = list(fn(items))
+        self.eval_seconds += time.perf_counter() - start
+        if len(results) != len(items):
+            raise DavinciError(
+                f"evaluate_fn returned {len(results)} results for {len(items)} candidates",
+                "evaluate_fn must return one EvalResult per (problem, candidate), in order (kernelgym.evaluate_batch does)",
+            )
+        return [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in results]
+
+
+def library_skills(library: Any) -> list[Skill]:
+    """Admitted skills of a `LibraryVersion`, or the skills of a plain sequence."""
+    if library is None:
+        return []
+    if hasattr(library, "admitted"):
+        return list(library.admitted())
+    return list(library)
+
+
+def episode_id(problem_id: str, epoch: int, sample: int) -> str:
+    return f"{problem_id}@e{epoch}s{sample}"
+
+
+# ---------------------------------------------------------------------- stages
+def select_skills(drafts: list[_Draft], retriever: Any, run: _Run) -> None:
+    """BM25 candidates, then the backbone's rerank; the first select_k become the policy's skills."""
+    scfg = run.profile.skills
+    hits: dict[str, list[Skill]] = {}
+    for d in drafts:
+        if d.problem.id not in hits:
+            hits[d.problem.id] = [s for s, _ in retriever.search(d.problem.code, scfg.bm25_top_k)]
+        d.candidates = hits[d.problem.id]
+        d.selected = d.candidates[: scfg.select_k]
+    todo = [d for d in drafts if scfg.rerank and len(d.candidates) >= 2]
+    acfg = run.profile.agents
+    prompts = [
+        selection_messages(d.problem, d.candidates, guidance_chars=acfg.rerank_guidance_chars, code_chars=acfg.rerank_code_chars)
+        for d in todo
+    ]
+    outs = run.generate(prompts, run.sampling(acfg.selection_max_new_tokens, 0))
+    for d, prompt, out in zip(todo, prompts, outs):
+        result = parse_rerank(out.text, [s.id for s in d.candidates])
+        by_id = {s.id: s for s in d.candidates}
+        # On a parse failure `result.order` is the BM25 order, so the fallback is BM25's top select_k.
+        d.selected = [by_id[i] for i in result.order[: scfg.select_k]]
+        d.selection = Generation("selection", tuple(prompt), out, result.ok)
+
+
+def _stops(turn: Turn, cfg: Any) -> bool:
+    if cfg.stop_when == "never" or not turn.correct:
+        return False
+    return cfg.stop_when == "correct" or (turn.speedup or 0.0) >= cfg.stop_speedup
+
+
+def policy_turn(drafts: list[_Draft], index: int, evaluate_fn: EvaluateFn, run: _Run) -> None:
+    """Turn `index` for every live episode: generate, extract code, evaluate in one batch, record."""
+    cfg = run.profile.agents
+    live = [d for d in drafts if not d.done]
+    prompts = [
+        policy_messages(
+            d.problem, d.selected, d.history, backend=cfg.backend, history_window=cfg.history_window, skill_chars=cfg.skill_chars
+        )
+        for d in live
+    ]
+    outs = run.generate(prompts, run.sampling(cfg.max_new_tokens, index + 1))
+    parses = [extract_code(o.text) for o in outs]
+    cands: list[Candidate | None] = [
+        Candidate(d.problem.id, p.code, p.backend or cfg.backend, Provenance(d.episode_id, run.epoch, index, "policy"))
+        if p.ok and p.code is not None
+        else None
+        for d, p in zip(live, parses)
+    ]
+    results = iter(run.evaluate(evaluate_fn, [(d.problem, c) for d, c in zip(live, cands) if c is not None]))
+    for d, prompt, out, parse, cand in zip(live, prompts, outs, parses, cands):
+        result = next(results) if cand is not None else None
+        turn = Turn(index, Generation("policy", tuple(prompt), out, parse.ok), cand, result)
+        d.turns.append(turn)
+        feedback = result.get("feedback", "") if result else template("policy_noparse").template
+        d.history.append(Attempt(cand.code if cand else None, out.text, feedback, turn.correct))
+        d.done = _stops(turn, cfg)
+
+
+def _summary_drafts(drafts: list[_Draft], per_problem: int) -> list[_Draft]:
+    """Per problem, its solved episodes ordered by best-turn speedup (then sample index), capped."""
+    chosen: list[_Draft] = []
+    by_problem: dict[str, list[_Draft]] = {}
+    for d in drafts:
+        by_problem.setdefault(d.problem.id, []).append(d)
+    for group in by_problem.values():
+        solved = [(d, d.freeze(0).best_turn()) for d in group]
+        ranked = sorted(((d, t) for d, t in solved if t is not None), key=lambda x: (-(x[1].speedup or 0.0), x[0].sample_index))
+        chosen.extend(d for d, _ in (ranked[:per_problem] if per_problem > 0 else ranked))
+    return chosen
+
+
+def summarize(drafts: list[_Draft], run: _Run) -> None:
+    """Summary of each chosen solved episode's best turn -> candidate skill (or the rejection reason)."""
+    cfg = run.profile.agents
+    todo = _summary_drafts(drafts, cfg.summaries_per_problem)
+    pairs = [(d, t, t.candidate) for d, t in ((d, d.freeze(run.epoch).best_turn()) for d in todo) if t and t.candidate]
+    prompts = [summary_messages(d.problem, c.code, d.selected, result=t.result, backend=c.backend) for d, t, c in pairs]
+    outs = run.generate(prompts, run.sampling(cfg.summary_max_new_tokens, SUMMARY_STAGE))
+    for (d, _, cand), prompt, out in zip(pairs, prompts, outs):
+        provenance = SkillProvenance("summary", episode_id=d.episode_id, epoch=run.epoch, problem_id=d.problem.id)
+        parsed = parse_skill_json(out.text, provenance, example=Example(d.problem.code, cand.code))
+        ok = isinstance(parsed, Skill)
+        d.summary = Generation("summary", tuple(prompt), out, ok)
+        if ok:
+            d.skill_candidate = parsed.to_dict()
+        else:
+            d.skill_rejection = f"{parsed.reason} (field {parsed.field})" if parsed.field else parsed.reason
+
+
+# ---------------------------------------------------------------------- entry point
+def run_episodes(
+    problems: Sequence[Problem],
+    library: Any,
+    backend: GenerationBackend,
+    profile: Any,
+    *,
+    epoch: int,
+    group_size: int,
+    greedy: bool,
+    evaluate_fn: EvaluateFn,
+    retriever: Any = None,
+    logger: MetricLogger | None = None,
+) -> list[Episode]:
+    """Episodes for every problem x group sample, in (problem, sample) order."""
+    drafts = [_Draft(p, episode_id(p.id, epoch, g), g) for p in problems for g in range(group_size)]
+    run = _Run(backend, profile, epoch, greedy)
+    skills = library_skills(library)
+    if retriever is None and skills:
+        retriever = BM25Retriever(skills)
+    if retriever is not None:
+        select_skills(drafts, retriever, run)
+    for index in range(profile.agents.turns):
+        if all(d.done for d in drafts):
+            break
+        policy_turn(drafts, index, evaluate_fn, run)
+    if profile.agents.summarize:
+        summarize(drafts, run)
+    episodes = [d.freeze(epoch) for d in drafts]
+    if logger is not None:
+        metrics = episode_metrics(episodes)
+        metrics.update({"agents/gen_seconds": run.gen_seconds, "agents/eval_seconds": run.eval_seconds})
+        logger.log_metrics(metrics, step=epoch)
+    return episodes
+
+
+def episode_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Parse failures and calls per agent, tokens generated, solve rates, skill candidates (all floats)."""
+    gens = [g for e in episodes for g in e.generations()]
+    m: dict[str, float] = {"agents/episodes": float(len(episodes))}
+    calls = Counter(g.agent for g in gens)
+    fails = Counter(g.agent for g in gens if not g.parse_ok)
+    for agent in ("selection", "policy", "summary"):
+        m[f"agents/{agent}/calls"] = float(calls[agent])
+        m[f"agents/{agent}/parse_failures"] = float(fails[agent])
+        m[f"agents/{agent}/tokens"] = float(sum(len(g.output.response_ids) for g in gens if g.agent == agent))
+    m["agents/tokens_generated"] = float(sum(len(g.output.response_ids) for g in gens))
+    m["agents/truncated_generations"] = float(sum(g.output.finish_reason == "length" for g in gens))
+    n = max(1, len(episodes))
+    m["agents/solved_rate"] = sum(e.solved for e in episodes) / n
+    m["agents/first_turn_correct_rate"] = sum(bool(e.turns) and e.turns[0].correct for e in episodes) / n
+    m["agents/turns_mean"] = sum(len(e.turns) for e in episodes) / n
+    m["agents/skill_candidates"] = float(sum(e.skill_candidate is not None for e in episodes))
+    m["agents/skill_rejections"] = float(sum(e.skill_rejection is not None for e in episodes))
+    return m

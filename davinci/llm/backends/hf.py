@@ -1,0 +1,137 @@
+"""Generation through transformers `generate` on the in-process backbone (the default backend; runs anywhere).
+
+Choices:
+- Prompts are chat-template encoded (`Backbone.encode_chat(..., add_generation_prompt=True)`), sorted by
+  length, cut into batches of `cfg.gen_batch_size`, left-padded (decoder-only models continue at the right
+  edge), and generated with the KV cache; outputs come back in the caller's order.
+- Generation stops on `Backbone.stop_token_ids` (the chat template's end of turn, e.g. Qwen's <|im_end|>,
+  plus the tokenizer's and the model's eos); the stop token is kept in `response_ids`, not in `text`.
+- Sampling knobs are passed explicitly (temperature, top_p, top_k=0, repetition_penalty=1) so a real
+  model's `generation_config.json` defaults (e.g. Qwen's top_k=20) never change what the profile asked for.
+  `greedy` (or temperature 0) decodes by argmax.
+- Per-token logprobs of the chosen tokens are recorded during generation by a logits processor that runs
+  before the sampling warpers, i.e. under the raw model distribution (what a forward pass gives), holding
+  one [B, V] row set at a time instead of all step logits.
+- A seed makes sampling reproducible (batch i uses seed + i) without touching the caller's global RNG
+  (`torch.random.fork_rng`), so the trainer's RNG state (and its exact resume) is unaffected.
+
+Shapes: B prompts in a batch, P padded prompt length, N generated steps, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from davinci.llm.backbone import Backbone
+from davinci.llm.types import GenOutput, Message, Sampling
+
+
+class LogprobRecorder:
+    """Logits processor that records log p(chosen token) under the raw logits, one step behind.
+
+    At step s it receives the ids so far ([B, P + s], whose last column is the token chosen at step s - 1)
+    and the raw scores of step s ([B, V]); it gathers the previous step's log-probability of that token and
+    keeps this step's log-softmax for the next call. `finish(sequences)` gathers the last step.
+    """
+
+    def __init__(self) -> None:
+        self.prev: torch.Tensor | None = None  # [B, V] log-softmax of the previous step
+        self.steps: list[torch.Tensor] = []  # N tensors of [B]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
+        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[B, N] log-probs of the N generated tokens (sequences: [B, P + N])."""
+        if self.prev is not None:
+            self.steps.append(self.prev.gather(1, sequences[:, -1:]).squeeze(1))
+            self.prev = None
+        if not self.steps:
+            return torch.zeros((sequences.shape[0], 0))
+        return torch.stack(self.steps, dim=1).cpu()
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, P] ids and attention mask, padded on the left."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    # attention mask: left padding is invisible; position ids are derived from it by `generate`.
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(list(r), dtype=torch.long)
+        attn[i, width - len(r) :] = 1
+    return ids, attn
+
+
+def is_greedy(sampling: Sampling) -> bool:
+    return sampling.greedy or sampling.temperature <= 0.0
+
+
+class HFBackend:
+    """`GenerationBackend` over a live `Backbone` (sees the weights as they are trained)."""
+
+    def __init__(self, backbone: Backbone, batch_size: int = 16) -> None:
+        self.backbone = backbone
+        self.batch_size = batch_size
+
+    def generate(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> list[GenOutput]:
+        encoded = [self.backbone.encode_chat(p, add_generation_prompt=True) for p in prompts]
+        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+        size = self.batch_size if self.batch_size > 0 else max(1, len(order))
+        results: list[GenOutput | None] = [None] * len(encoded)
+        for b, start in enumerate(range(0, len(order), size)):
+            idx = order[start : start + size]
+            seed = None if sampling.seed is None else sampling.seed + b
+            for i, out in zip(idx, self.generate_ids([encoded[i] for i in idx], sampling, seed)):
+                results[i] = out
+        return [r for r in results if r is not None]
+
+    @torch.no_grad()
+    def generate_ids(self, rows: Sequence[Sequence[int]], sampling: Sampling, seed: int | None) -> list[GenOutput]:
+        """Generate for already-encoded prompts (one batch)."""
+        bb = self.backbone
+        ids, attn = left_pad(rows, bb.pad_token_id)
+        recorder = LogprobRecorder()
+        greedy = is_greedy(sampling)
+        knobs = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
+        was_training = bb.model.training
+        bb.model.eval()
+        devices = [bb.device] if bb.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            if seed is not None:
+                torch.manual_seed(seed)
+            sequences = bb.model.generate(
+                input_ids=ids.to(bb.device),
+                attention_mask=attn.to(bb.device),
+                max_new_tokens=sampling.max_new_tokens,
+                do_sample=not greedy,
+                repetition_penalty=1.0,
+                eos_token_id=list(bb.stop_token_ids),
+                pad_token_id=bb.pad_token_id,
+                logits_processor=[recorder],
+                use_cache=True,
+                **knobs,
+            )
+        bb.model.train(was_training)
+        logprobs = recorder.finish(sequences)
+        new = sequences[:, ids.shape[1] :].cpu()
+        return [self._output(rows[i], new[i].tolist(), logprobs[i].tolist()) for i in range(len(rows))]
+
+    def _output(self, prompt: Sequence[int], new: list[int], logprobs: list[float]) -> GenOutput:
+        stops = set(self.backbone.stop_token_ids)
+        first = next((i for i, t in enumerate(new) if t in stops), None)
+        n, finish = (first + 1, "stop") if first is not None else (len(new), "length")
+        response = new[:n]
+        text = self.backbone.decode(response[:-1] if finish == "stop" else response)
+        return GenOutput(
+            text=text,
+            prompt_ids=tuple(prompt),
+            response_ids=tuple(response),
+            logprobs=tuple(logprobs[:n]),
+            finish_reason=finish,
+        )
