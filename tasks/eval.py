@@ -32,7 +32,8 @@ def _eval_profile(profile: dict[str, Any]) -> Any:
 
     p = profile_from_dict(profile)
     agents = dataclasses.replace(p.agents, turns=p.eval.turns, group_size=1, summarize=False)
-    return dataclasses.replace(p, agents=agents)
+    gym = dataclasses.replace(p.gym, cpu_compile_baseline=p.gym.cpu_compile_baseline or p.eval.compile_baseline_on_cpu)
+    return dataclasses.replace(p, agents=agents, gym=gym)
 
 
 def _run_chunks(profile: Any, problems: Sequence[Any], checkpoint_dir: str, store_root: str, version: int,

@@ -17,6 +17,9 @@ class EvalStageConfig:
     greedy: bool = True
     # Use the skill library at eval time (ablation switch: false = no skill injection).
     use_skills: bool = True
+    # Time the torch.compile baseline even on a CPU (off for RL rollouts there: ~10-30 s per new problem),
+    # so the eval stage's fast_p table has both columns everywhere.
+    compile_baseline_on_cpu: bool = True
 
 
 @dataclass(frozen=True)

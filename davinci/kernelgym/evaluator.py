@@ -79,8 +79,11 @@ def gpu_count() -> int:
 def resolve_cache_dir(cache_dir: str) -> Path:
     if cache_dir:
         return Path(cache_dir).expanduser().resolve()
+    cache = os.environ.get("DAVINCI_CACHE_DIR")  # set by the CLI: <home>/.davinci/cache
+    if cache:
+        return Path(cache).expanduser().resolve() / "kernelgym"
     home = os.environ.get("DAVINCI_HOME")
-    return (Path(home) if home else Path.cwd() / ".davinci").resolve() / "kernelgym"
+    return (Path(home) / ".davinci" if home else Path.cwd() / ".davinci").resolve() / "kernelgym"
 
 
 class Evaluator:

@@ -22,7 +22,8 @@ def data_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_i
     env = StageEnv.open("data", profile, overrides, parent_run_id)
     with stage_run(env.store, parent_run_id, "data", env.profile) as run_id:
         out, _ = run_cached(env, prepare_data, force, data_cfg=to_dict(env.profile.data), seed=env.profile.seed,
-                            select_k=env.profile.skills.select_k, bm25_top_k=env.profile.skills.bm25_top_k)
+                            select_k=env.profile.skills.select_k, bm25_top_k=env.profile.skills.bm25_top_k,
+                            agents_cfg=to_dict(env.profile.agents))
         _log_data(env, run_id, out)
         log_stage_outputs(env.store, run_id, out)
     env.say(", ".join(f"{k}={v}" for k, v in out.summary.items() if isinstance(v, (int, float))))
