@@ -16,9 +16,12 @@ Bad input ends with one `error:` line plus the fix and exit code 2, never a trac
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 from artifacts.home import Home, prepare_environment
 from davinci.errors import DavinciError
@@ -169,10 +172,40 @@ COMMANDS = {
 }
 
 
+INTERRUPT_GRACE_S = 20.0
+
+
+def _exit_interrupted() -> None:
+    print("\ninterrupted: rerun the same command to resume where it stopped", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+def install_interrupt_handler(grace_s: float = INTERRUPT_GRACE_S) -> None:
+    """Ctrl-C / SIGTERM raise KeyboardInterrupt as usual (runs are marked KILLED on the way out), and arm a
+    watchdog: Ctrl-C reaches the whole process group, Prefect's ephemeral API server included, and Prefect
+    then retries reporting the crash to a server that is gone. After `grace_s`, or at a second signal, the
+    process exits at once; an interrupted run is resumable either way."""
+
+    def second(signum: int, frame: Any) -> None:
+        _exit_interrupted()
+
+    def first(signum: int, frame: Any) -> None:
+        timer = threading.Timer(grace_s, _exit_interrupted)
+        timer.daemon = True
+        timer.start()
+        signal.signal(signal.SIGINT, second)
+        signal.signal(signal.SIGTERM, second)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
+    signal.signal(signal.SIGTERM, first)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     home = Home.current()
     prepare_environment(home, verbose=args.verbose)
+    install_interrupt_handler()
     try:
         return COMMANDS[args.command](args)
     except DavinciError as exc:
