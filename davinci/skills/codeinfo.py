@@ -129,29 +129,12 @@ def _constants(tree: ast.Module) -> dict[str, int]:
 def apply_shape_overrides(code: str, overrides: Mapping[str, int]) -> str:
     """Rewrite the module-level constants named in `overrides`; other code is left byte-identical.
 
-    `height = width = 64` with `{"height": 8}` becomes two statements `height = 8` / `width = 64`.
-    An unknown name raises `MalformedInput` listing the constants the source defines.
+    The evaluator's own rewrite (`kernelgym.problem.apply_shape_overrides`), so the shapes admission plans are
+    exactly the shapes the evaluator runs. An unknown name raises `MalformedInput` listing the known constants.
     """
-    if not overrides:
-        return code
-    known = module_constants(code)
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise MalformedInput(f"shape override(s) {unknown} are not module-level int constants", f"use some of: {', '.join(known) or '(none)'}")
-    tree = ast.parse(code)
-    lines = code.splitlines(keepends=True)
-    edits = []
-    for node in _module_assigns(tree):
-        names = [t.id for t in node.targets]  # type: ignore[attr-defined]
-        if not set(names) & set(overrides) or _int_value(node.value) is None:
-            continue
-        original = ast.get_source_segment(code, node.value) or repr(_int_value(node.value))
-        indent = lines[node.lineno - 1][: node.col_offset]
-        text = "".join(f"{indent}{n} = {int(overrides[n]) if n in overrides else original}\n" for n in names)
-        edits.append((node.lineno, node.end_lineno or node.lineno, text))
-    for start, end, text in sorted(edits, reverse=True):
-        lines[start - 1 : end] = [text]
-    return "".join(lines)
+    from davinci.kernelgym.problem import apply_shape_overrides as rewrite  # lazy: kernelgym only when used
+
+    return rewrite(code, overrides)
 
 
 # --- operators ----------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def test_shape_overrides_rewrite_only_the_named_constants():
     assert code.replace("batch_size = 3", "batch_size = 128").replace("height = 5\nwidth = 32", "height = width = 32") == KB_STYLE
     from davinci.errors import MalformedInput
 
-    with pytest.raises(MalformedInput, match="use some of: batch_size"):
+    with pytest.raises(MalformedInput, match="one of: batch_size"):
         apply_shape_overrides(KB_STYLE, {"channels": 3})
 
 
