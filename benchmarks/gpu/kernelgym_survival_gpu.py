@@ -3,7 +3,7 @@ CUDA), GPU and Python hangs, segfaults, exits at import and in forward, and exce
 right, honest candidates after a crashed one must pass, and no process may be left behind (checked with
 psutil by each lane's process marker, and with nvidia-smi for GPU processes).
 
-    PYTHONPATH=. python benchmarks/gpu/kernelgym_survival_gpu.py            # GPU, ~4 min (two lanes on one GPU)
+    PYTHONPATH=. python benchmarks/gpu/kernelgym_survival_gpu.py            # GPU, ~5-8 min (four lanes on one GPU)
     PYTHONPATH=. python benchmarks/gpu/kernelgym_survival_gpu.py --device cpu --n 40   # CPU smoke run (~1 min)
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import random
+import statistics
 import shutil
 import subprocess
 import sys
@@ -94,7 +95,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--lanes", type=int, default=2, help="lanes (on one GPU they share it; fine for survival)")
+    ap.add_argument("--lanes", type=int, default=4,
+                    help="lanes (on one GPU they share it: fine for survival, which times nothing)")
     args = ap.parse_args()
     problem, items = build_items(args.device, args.n)
     # 8 s: a hung kernel in one lane time-slices the GPU with the other lane's honest candidates.
@@ -123,15 +125,22 @@ def main() -> int:
         counts[kind]["ok" if ok else "WRONG"] += 1
         if not ok:
             wrong.append({"kind": kind, "error_kind": r.error_kind, "error": r.error[:300]})
+    walls: dict[str, list[float]] = collections.defaultdict(list)
+    for (kind, _), r in zip(items, results):
+        walls[kind].append(r.wall_s)
     rows = [[k, counts[k]["ok"] + counts[k]["WRONG"], counts[k]["ok"], counts[k]["WRONG"],
-             "correct" if MIX[k][1] is None else "/".join(sorted(MIX[k][1]))] for k in counts]
-    text = table(rows, ["candidate kind", "n", "verdict right", "verdict wrong", "expected"])
+             "correct" if MIX[k][1] is None else "/".join(sorted(MIX[k][1])),
+             statistics.median(walls[k]), max(walls[k])] for k in counts]
+    text = table(rows, ["candidate kind", "n", "verdict right", "verdict wrong", "expected", "median wall s",
+                        "max wall s"])
     text += (f"\n\n{len(results)} candidates in {clock():.0f} s; wrong verdicts: {len(wrong)}; stray processes while "
              f"running: {len(stray)}; processes after close: {len(after_close)}; GPU processes before/after: "
              f"{len(gpu_before)}/{len(gpu_after)}")
+    slowest = sorted(((r.wall_s, i, kind) for i, ((kind, _), r) in enumerate(zip(items, results))), reverse=True)[:8]
+    text += "\nslowest (wall s, index, kind): " + ", ".join(f"{w:.1f} #{i} {k}" for w, i, k in slowest)
     print("\n" + text)
-    write_json("kernelgym_survival_gpu.json", {"wrong": wrong, "stray": stray, "after_close": after_close,
-                                               "gpu_after": gpu_after, "rows": rows})
+    write_json("kernelgym_survival_gpu.json", {"wrong": wrong, "slowest": slowest, "stray": stray,
+                                               "after_close": after_close, "gpu_after": gpu_after, "rows": rows})
     (out_dir() / "kernelgym_survival_gpu.txt").write_text(text + "\n")
     log("done")
     return 0 if not wrong and not stray and not after_close else 1

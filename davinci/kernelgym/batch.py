@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.evaluator import Evaluator, _simple_result, evaluate_on
-from davinci.kernelgym.job import prepare_dirs
+from davinci.kernelgym.job import lock_build_folder, prepare_dirs
 from davinci.kernelgym.lane import Lane
 from davinci.kernelgym.protocol import Channel
 from davinci.kernelgym.result import EvalResult
@@ -86,8 +86,10 @@ class Prebuilder:
             self.pool.submit(self._build, i, cand)
 
     def _build(self, i: int, cand: Candidate) -> None:
-        child, job_dir = None, None
+        child, job_dir, lock = None, None, None
         try:
+            # the same code may be evaluating in a GPU lane already: take turns on its build folder
+            lock = lock_build_folder(self.lane.build_root, cand.code_hash, self.timeout)
             child = self.lane.fork_child()
             job_dir, paths = prepare_dirs(self.lane, cand)
             deadline = time.monotonic() + self.timeout
@@ -103,6 +105,8 @@ class Prebuilder:
                 self.lane.end_child(child)
             if job_dir is not None:
                 shutil.rmtree(job_dir, ignore_errors=True)
+            if lock is not None:
+                os.close(lock)
             self.done[i].set()
 
     def wait(self, i: int) -> None:

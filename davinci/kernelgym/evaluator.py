@@ -28,8 +28,9 @@ from davinci.kernelgym.backend import detect_backend
 from davinci.kernelgym.baselines import DiskCache, cache_key
 from davinci.kernelgym.checks import resolve_checks, runtime_findings, static_findings
 from davinci.kernelgym.config import GymConfig
-from davinci.kernelgym.job import (CandidateFailure, Job, ReferenceFailure, build, cleanup, correctness,
-                                   derive_seed, describe_exit, gather_evidence, load_problem, log_tail, ref)
+from davinci.kernelgym.job import (CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build, cleanup,
+                                   correctness, derive_seed, describe_exit, gather_evidence, load_problem, log_tail,
+                                   ref)
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
 from davinci.kernelgym.result import EvalResult
@@ -213,6 +214,7 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
                               "Triton candidates run (interpreter)")
         return
     load_problem(job)
+    acquire_build_lock(job)  # evaluations of the same code take turns on its build folder (see there)
     job.child = job.lane.take_child()
     build(job)
     if not job.compiled:

@@ -18,6 +18,7 @@ sweeps escaped processes either way.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -85,6 +86,7 @@ class Job:
     forward_ms: float = 0.0
     sandbox: dict[str, bool] = field(default_factory=dict)
     perf: dict[str, Any] = field(default_factory=dict)
+    build_lock: int | None = None                      # fd holding the flock on this code's build folder
 
     def fail(self, kind: str, message: str) -> None:
         if self.error_kind is None:
@@ -133,6 +135,42 @@ def load_problem(job: Job, force: bool = False) -> None:
 
 # --- build ---------------------------------------------------------------------------------------------
 
+def acquire_build_lock(job: Job) -> None:
+    """Take this code's build folder for the whole evaluation (flock on `<builds>/<hash>.lock`).
+
+    Lanes of one evaluator, and other evaluator processes on this host, share the content-hashed build
+    folders (a CUDA extension is built once, then loaded). Two evaluations of the same code must take turns:
+    torch's own `lock` file cannot tell a live build from one killed mid-way, and a switched-user candidate
+    owns the folder only while it runs. The lock file lives in the builds folder, which no candidate can
+    write; the kernel drops an flock when its holder dies, so a crashed supervisor leaves nothing stale.
+    """
+    job.build_lock = lock_build_folder(job.lane.build_root, job.candidate.code_hash,
+                                       job.cfg.compile_timeout_s + job.cfg.run_timeout_s)
+
+
+def lock_build_folder(build_root: Path, code_hash: str, wait_s: float) -> int:
+    """The descriptor holding the flock on `<build_root>/<code_hash>.lock`; CandidateFailure after wait_s."""
+    build_root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(build_root / f"{code_hash}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise CandidateFailure("timeout", "another evaluation of this same code kept its build folder "
+                                                  "busy past the compile + run limits") from None
+            time.sleep(0.02)
+
+
+def release_build_lock(job: Job) -> None:
+    if job.build_lock is not None:
+        os.close(job.build_lock)  # closing the descriptor drops the flock
+        job.build_lock = None
+
+
 def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]]:
     """A fresh job folder plus the candidate's persistent, content-hashed build folders; the job's paths/env."""
     job_dir = lane.root / "jobs" / uuid.uuid4().hex[:12]
@@ -140,7 +178,9 @@ def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]
     dirs = [job_dir, job_dir / "tmp", build_dir / "ext", build_dir / "triton", build_dir / "inductor"]
     for d in dirs:
         d.mkdir(parents=True, exist_ok=True)
-    for lock in (build_dir / "ext").glob("*/lock"):  # a build killed mid-way leaves a lock that blocks forever
+    # A build killed mid-way leaves torch's lock file, which would block every later build forever. We hold
+    # this code's build lock (acquire_build_lock), so no live build can own one: any lock here is stale.
+    for lock in (build_dir / "ext").glob("*/lock"):
         lock.unlink(missing_ok=True)
     if lane.triton_template is not None:  # Triton's driver utilities, built once by the reference worker
         shutil.copytree(lane.triton_template, build_dir / "triton", dirs_exist_ok=True,
@@ -148,8 +188,9 @@ def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]
                             lane.triton_template) / n).exists()])
     if lane.user:
         os.chmod(job_dir.parent, 0o711)
-        for d in dirs + [build_dir]:
-            os.chown(d, *lane.user)
+        os.chown(job_dir, *lane.user)
+        os.chown(job_dir / "tmp", *lane.user)
+        _chown_tree(build_dir, lane.user)  # a reused build: the same code may rewrite its own folder (torch's lock)
     path = job_dir / f"candidate_{candidate.code_hash}.py"
     path.write_text(candidate.code)
     os.chmod(path, 0o644)
@@ -165,14 +206,15 @@ def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]
 
 def release_build_dir(lane: Lane, candidate: Candidate) -> None:
     """Give a switched-user candidate's build folder back to us, so no later candidate can write into it."""
-    if not lane.user:
-        return
-    build_dir = lane.build_root / candidate.code_hash
-    uid, gid = os.getuid(), os.getgid()
-    for root, dirs, files in os.walk(build_dir):
+    if lane.user:
+        _chown_tree(lane.build_root / candidate.code_hash, (os.getuid(), os.getgid()))
+
+
+def _chown_tree(top: Path, owner: tuple[int, int]) -> None:
+    for root, dirs, files in os.walk(top):
         for name in [root] + [os.path.join(root, n) for n in dirs + files]:
             try:
-                os.lchown(name, uid, gid)
+                os.lchown(name, *owner)
             except OSError:
                 pass
 
@@ -337,9 +379,13 @@ def log_tail(job: Job, limit: int = 2500) -> str:
 
 
 def cleanup(job: Job) -> None:
-    if job.job_dir is not None:
-        shutil.rmtree(job.job_dir, ignore_errors=True)
-        release_build_dir(job.lane, job.candidate)
+    """After the candidate's process is gone: drop its job folder, take its build folder back, unlock it."""
+    try:
+        if job.job_dir is not None:
+            shutil.rmtree(job.job_dir, ignore_errors=True)
+            release_build_dir(job.lane, job.candidate)
+    finally:
+        release_build_lock(job)
 
 
 def derive_seed(*parts: Any) -> int:

@@ -36,6 +36,10 @@ def _preload(opts: dict) -> dict[str, str]:
     import torch.nn.functional  # noqa: F401
     import torch.utils.cpp_extension  # noqa: F401
 
+    from davinci.kernelgym import extcache
+
+    extcache.install()  # a JIT extension already built from the same content is loaded, not rebuilt
+
     # torch._dynamo rebinds `torch.manual_seed` when first imported (wrapping it to disable itself); import it
     # here so that happens before the harness captures the identities it later checks (patched_functions).
     import torch._dynamo  # noqa: F401

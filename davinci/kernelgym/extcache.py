@@ -1,0 +1,83 @@
+"""Content-keyed reuse of a candidate's JIT-built extension (`load_inline` / `load`), independent of ninja.
+
+A candidate that calls `torch.utils.cpp_extension.load_inline` asks ninja to bring its build folder up to
+date. Ninja decides from file times and the dependency files the compiler wrote, and on the H100 every fresh
+candidate process rebuilt the same CUDA extension (~65 s each: nvcc's dependency list does not survive the
+per-job temporary folder; the same happens outside kernelgym, pytorch/pytorch#124454). So the evaluator
+keys a finished build by content instead: after ninja succeeds, `<build>/.kernelgym-built` records a hash of
+`build.ninja` (every flag and path), the sources torch wrote next to it and the torch version; when a later
+process finds the same key and the build's outputs, ninja is not run and torch loads the library directly.
+
+Installed once in the zygote (`install()`), so every candidate process and every pre-build inherits it.
+It only skips work that would produce the same bytes: any change of source, flag or torch version changes
+the key. The build folder belongs to one code hash (`job.prepare_dirs`), so a candidate can only ever
+affect its own reuse.
+
+    python -c "from davinci.kernelgym import extcache; extcache.install()"   # idempotent
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Callable
+
+MARKER = ".kernelgym-built"
+_SOURCE_SUFFIXES = {".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".ninja"}
+
+
+def build_key(build_dir: Path, torch_version: str) -> str:
+    """sha256 over build.ninja, the sources beside it (names and bytes) and the torch version."""
+    digest = hashlib.sha256(torch_version.encode())
+    for path in sorted(p for p in build_dir.iterdir() if p.is_file() and p.suffix in _SOURCE_SUFFIXES):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def default_outputs(build_dir: Path) -> list[Path]:
+    """The targets of build.ninja's `default` line (the library torch will import)."""
+    try:
+        lines = (build_dir / "build.ninja").read_text().splitlines()
+    except OSError:
+        return []
+    names = [name for line in lines if line.startswith("default ") for name in line.split()[1:]]
+    return [build_dir / name for name in names]
+
+
+def is_fresh(build_dir: Path, torch_version: str) -> bool:
+    """True when the recorded key matches the folder's content and every default output exists."""
+    outputs = default_outputs(build_dir)
+    try:
+        recorded = (build_dir / MARKER).read_text().strip()
+    except OSError:
+        return False
+    return bool(outputs) and all(p.is_file() for p in outputs) and recorded == build_key(build_dir, torch_version)
+
+
+def cached_runner(run_ninja: Callable[..., Any], torch_version: str) -> Callable[..., Any]:
+    """Wrap torch's `_run_ninja_build(build_directory, verbose, error_prefix)` with the content check."""
+
+    def run(build_directory: str, *args: Any, **kwargs: Any) -> Any:
+        folder = Path(build_directory)
+        if is_fresh(folder, torch_version):
+            return None
+        result = run_ninja(build_directory, *args, **kwargs)  # raises on a failed build: nothing recorded
+        try:
+            (folder / MARKER).write_text(build_key(folder, torch_version) + "\n")
+        except OSError:
+            pass  # a read-only folder only costs the next process a ninja run
+        return result
+
+    run.__wrapped__ = run_ninja  # type: ignore[attr-defined]
+    return run
+
+
+def install() -> None:
+    """Patch torch.utils.cpp_extension in this process (idempotent)."""
+    import torch
+    import torch.utils.cpp_extension as cpp
+
+    current = getattr(cpp, "_run_ninja_build", None)
+    if current is None or hasattr(current, "__wrapped__"):
+        return
+    cpp._run_ninja_build = cached_runner(current, torch.__version__)
