@@ -20,7 +20,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from davinci.errors import MalformedInput
 from davinci.llm.backbone import Backbone, is_lora
 from davinci.llm.config import SFTConfig
+from davinci.llm.optim import adamw
 from davinci.llm.types import ChatExample
 from davinci.tracking import MetricLogger
 
@@ -159,7 +160,8 @@ def train_sft(
     agents = [x.agent for x in kept]
     total = plan_steps(agents, cfg)
     params = backbone.trainable_parameters()
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    # bf16 weights on a GPU: float32 masters, or steps of lr ~1e-5 round away (see davinci.llm.optim)
+    opt = adamw(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     backbone.model.train()
     losses: list[float] = []
     counts = [0, 0]  # tokens processed, assistant tokens trained on
@@ -194,7 +196,7 @@ def train_sft(
     )
 
 
-def _step(backbone: Backbone, opt: torch.optim.Optimizer, params: list, items: Sequence[TokenizedExample], lr: float, cfg: SFTConfig, counts: list[int]) -> tuple[float, float]:
+def _step(backbone: Backbone, opt: Any, params: list, items: Sequence[TokenizedExample], lr: float, cfg: SFTConfig, counts: list[int]) -> tuple[float, float]:
     """One optimizer step on one batch; returns (loss, gradient norm before clipping)."""
     ids, attn, labels = (t.to(backbone.device) for t in collate(items, backbone.pad_token_id))
     for group in opt.param_groups:
