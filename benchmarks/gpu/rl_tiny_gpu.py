@@ -10,9 +10,10 @@ What it does (the same engine code the Prefect rl task calls; no Prefect or MLfl
   4. reports, per epoch and per optimizer step: time split into generation / evaluation / update,
      generated tokens per second and trained tokens per second, and the reward curve.
 
-Writes under $OUT (4 files): rl_tiny_metrics.json (config, per-epoch and per-step metrics, timing),
+Writes under $OUT: rl_tiny_metrics.json (config, per-epoch and per-step metrics, timing),
 rl_tiny_reward.png (reward curve + per-step time split), rl_tiny_table.md (the printed table),
-rl_tiny_log.txt (progress log). Prints a short table at the end.
+rl_tiny_log.txt (progress log), rollouts/epoch_NNN.jsonl (every episode: generated turns and verdicts).
+Prints a short table at the end.
 
     PYTHONPATH=. OUT=/tmp/rl_out python benchmarks/gpu/rl_tiny_gpu.py            # ~5-7 min on an H100
     PYTHONPATH=. OUT=/tmp/rl_out python benchmarks/gpu/rl_tiny_gpu.py --epochs 2 --budget-s 120 --device cpu
@@ -200,6 +201,15 @@ def _close_evaluator() -> None:
         pass
 
 
+def keep_rollouts(epochs: list[dict[str, Any]], folder: Path) -> None:
+    """Copy each epoch's rollouts.jsonl (episodes with every generated turn and verdict) out of the temp dir."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for e in epochs:
+        src = Path(str(e.get("outputs", {}).get("rollouts_path", "")))
+        if src.is_file():
+            (folder / f"epoch_{int(e['epoch']):03d}.jsonl").write_bytes(src.read_bytes())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(os.environ.get("OUT", "out"))
@@ -218,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = sft_checkpoint(profile, problems, work, args.device)
             result["sft_s"] = time.perf_counter() - T0
             result["epochs"] = run_epochs(args, profile, problems, ckpt, work)
+            keep_rollouts(result["epochs"], out / "rollouts")
     except BaseException as exc:  # noqa: BLE001 - report whatever happened and still write the files
         result["error"] = f"{type(exc).__name__}: {exc}"
         log(f"FAILED: {traceback.format_exc()}")
