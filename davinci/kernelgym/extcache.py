@@ -19,6 +19,7 @@ affect its own reuse.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,6 +45,25 @@ def default_outputs(build_dir: Path) -> list[Path]:
     return [build_dir / name for name in names]
 
 
+def self_contained(build_dir: Path) -> bool:
+    """True when every source the build compiles lies in the build folder itself (the `load_inline` case).
+
+    `load(sources=[...])` compiles files from elsewhere, and headers beside them, which the key cannot see:
+    such builds are left to ninja.
+    """
+    try:
+        lines = (build_dir / "build.ninja").read_text().splitlines()
+    except OSError:
+        return False
+    inputs = []
+    for line in lines:
+        if line.startswith("build ") and ": " in line:
+            tokens = [t for t in re.split(r"(?<!\$) ", line.split(": ", 1)[1]) if t and t not in ("|", "||")]
+            inputs += [t.replace("$ ", " ").replace("$:", ":") for t in tokens[1:]]  # tokens[0]: the rule
+    top = build_dir.resolve()
+    return bool(inputs) and all(not Path(t).is_absolute() or Path(t).resolve().parent == top for t in inputs)
+
+
 def is_fresh(build_dir: Path, torch_version: str) -> bool:
     """True when the recorded key matches the folder's content and every default output exists."""
     outputs = default_outputs(build_dir)
@@ -59,6 +79,8 @@ def cached_runner(run_ninja: Callable[..., Any], torch_version: str) -> Callable
 
     def run(build_directory: str, *args: Any, **kwargs: Any) -> Any:
         folder = Path(build_directory)
+        if not self_contained(folder):
+            return run_ninja(build_directory, *args, **kwargs)
         if is_fresh(folder, torch_version):
             return None
         result = run_ninja(build_directory, *args, **kwargs)  # raises on a failed build: nothing recorded

@@ -23,7 +23,8 @@ def _folder(tmp_path: Path, source: str = "int f() { return 1; }\n") -> Path:
     d = tmp_path / "ext"
     d.mkdir(exist_ok=True)
     (d / "main.cpp").write_text(source)
-    (d / "build.ninja").write_text("rule link\n  command = c++ $in -o $out\nbuild my.so: link main.cpp\ndefault my.so\n")
+    (d / "build.ninja").write_text("rule cc\n  command = c++ -c $in -o $out\nrule link\n  command = c++ $in -o $out\n"
+                                   f"build main.o: cc {d / 'main.cpp'}\nbuild my.so: link main.o\ndefault my.so\n")
     return d
 
 
@@ -78,6 +79,20 @@ def test_a_failed_build_records_nothing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError):
         extcache.cached_runner(FakeNinja(fail=True), "2.11.0")(str(d), False, "boom")
     assert not (d / extcache.MARKER).exists()
+
+
+def test_sources_outside_the_build_folder_are_left_to_ninja(tmp_path: Path) -> None:
+    """`load(sources=[...])`: the key cannot see those files (or headers beside them), so ninja always runs."""
+    d, ninja = _folder(tmp_path), FakeNinja()
+    outside = tmp_path / "src" / "op.cpp"
+    outside.parent.mkdir()
+    outside.write_text("int g() { return 3; }\n")
+    ninja_file = d / "build.ninja"
+    ninja_file.write_text(ninja_file.read_text().replace(str(d / "main.cpp"), str(outside)))
+    run = extcache.cached_runner(ninja, "2.11.0")
+    run(str(d), False, "err")
+    run(str(d), False, "err")
+    assert ninja.calls == 2 and not (d / extcache.MARKER).exists()
 
 
 def test_install_is_idempotent() -> None:
