@@ -71,18 +71,20 @@ class Prebuilder:
         workers = ev.cfg.compile_workers or max(1, min(8, (os.cpu_count() or 2) // 2))
         arch = str(ev.lanes[0].info.get("capability", "")) if ev.lanes else ""
         self.lane = Lane(900, "cpu", None, ev.cfg, ev.cache_root, prebuild=True, arch_list=arch)
+        if ev.lanes:  # build where the GPU lanes look (their root differs when they switch user)
+            self.lane.build_root = ev.lanes[0].build_root
         self.lane.env["CUDA_VISIBLE_DEVICES"] = ""
         self.lane.start()
         self.timeout = ev.cfg.compile_timeout_s
         self.done = {i: threading.Event() for i in indices}
         self.pool = ThreadPoolExecutor(max_workers=workers)
-        seen: set[str] = set()
+        first: dict[str, int] = {}
         for i in indices:
             cand = items[i][1]
-            if cand.code_hash in seen:
-                self.done[i].set()  # the same source builds once; later copies reuse its folder
+            if cand.code_hash in first:
+                self.done[i] = self.done[first[cand.code_hash]]  # the same source builds once; copies wait for it
                 continue
-            seen.add(cand.code_hash)
+            first[cand.code_hash] = i
             self.pool.submit(self._build, i, cand)
 
     def _build(self, i: int, cand: Candidate) -> None:

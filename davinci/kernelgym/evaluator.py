@@ -28,9 +28,9 @@ from davinci.kernelgym.backend import detect_backend
 from davinci.kernelgym.baselines import DiskCache, cache_key
 from davinci.kernelgym.checks import resolve_checks, runtime_findings, static_findings
 from davinci.kernelgym.config import GymConfig
-from davinci.kernelgym.job import (CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build, cleanup,
-                                   correctness, derive_seed, describe_exit, gather_evidence, load_problem, log_tail,
-                                   ref)
+from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
+                                   cleanup, correctness, derive_seed, describe_exit, gather_evidence, load_problem,
+                                   log_tail, ref)
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
 from davinci.kernelgym.result import EvalResult
@@ -256,7 +256,7 @@ def evaluate_on(ev: Evaluator, lane: Lane, problem: Problem, candidate: Candidat
         job.fail(kind, f"{f.message}; process {exit_note}" + (f"\n{tail}" if tail else ""))
     except ReferenceFailure as f:
         job.fail("reference", f"the reference program failed: {fb.excerpt(str(f), 6)}")
-    except WorkerDied as f:
+    except (WorkerDied, BuildBusy) as f:
         job.fail("internal", str(f))
     except Exception as exc:
         job.fail("internal", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-2000:])
@@ -277,8 +277,10 @@ def _finish(lane: Lane, job: Job) -> None:
                       "kept": [f"{p}{t}" for p in "ab" for t in range(job.cfg.correctness_trials)]})
     except Exception:
         pass
-    cleanup(job)
-    lane.sweep()
+    try:
+        lane.sweep()  # escaped descendants die before the build folder is taken back and unlocked
+    finally:
+        cleanup(job)
 
 
 def _timing_block(ev: Evaluator, job: Job) -> dict[str, Any]:

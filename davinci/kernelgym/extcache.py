@@ -9,9 +9,13 @@ keys a finished build by content instead: after ninja succeeds, `<build>/.kernel
 process finds the same key and the build's outputs, ninja is not run and torch loads the library directly.
 
 Installed once in the zygote (`install()`), so every candidate process and every pre-build inherits it.
-It only skips work that would produce the same bytes: any change of source, flag or torch version changes
-the key. The build folder belongs to one code hash (`job.prepare_dirs`), so a candidate can only ever
-affect its own reuse.
+It only skips work that would produce the same bytes: any change of source, flag, compiler binary or torch
+version changes the key, and the marker also holds the library's own hash, so a library replaced after its
+build is rebuilt. Only builds whose sources all lie in the folder (`load_inline`) are keyed; `load()` of
+files elsewhere is left to ninja. Limits: headers from `extra_include_paths` are not in the key, and a
+candidate running under the evaluator's own uid (the GPU default, CUDA IPC) can rewrite any file that uid
+can, marker included; per-code build folders plus the per-code lock (`job.lock_build_folder`) keep honest
+concurrent evaluations apart, and a read-only cache mount or a per-candidate uid is the structural fix.
 
     python -c "from davinci.kernelgym import extcache; extcache.install()"   # idempotent
 """
@@ -19,7 +23,9 @@ affect its own reuse.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,11 +34,40 @@ _SOURCE_SUFFIXES = {".cpp", ".cc", ".cu", ".cuh", ".h", ".hpp", ".ninja"}
 
 
 def build_key(build_dir: Path, torch_version: str) -> str:
-    """sha256 over build.ninja, the sources beside it (names and bytes) and the torch version."""
-    digest = hashlib.sha256(torch_version.encode())
+    """sha256 over build.ninja, the sources beside it, the compilers it names and the torch version."""
+    digest = hashlib.sha256()
+    _frame(digest, torch_version.encode())
     for path in sorted(p for p in build_dir.iterdir() if p.is_file() and p.suffix in _SOURCE_SUFFIXES):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        _frame(digest, path.name.encode())
+        _frame(digest, path.read_bytes())
+    for compiler in _compilers(build_dir):  # an upgraded toolkit at the same path changes size or time
+        st = compiler.stat()
+        _frame(digest, f"{compiler}:{st.st_size}:{st.st_mtime_ns}".encode())
     return digest.hexdigest()
+
+
+def outputs_key(build_dir: Path) -> str:
+    """sha256 over the default outputs' bytes: a library replaced after the build does not match."""
+    digest = hashlib.sha256()
+    for path in default_outputs(build_dir):
+        _frame(digest, path.name.encode())
+        _frame(digest, path.read_bytes())
+    return digest.hexdigest()
+
+
+def _frame(digest: Any, data: bytes) -> None:
+    digest.update(len(data).to_bytes(8, "big") + data)
+
+
+def _compilers(build_dir: Path) -> list[Path]:
+    found = []
+    for line in (build_dir / "build.ninja").read_text().splitlines():
+        name, _, value = line.partition(" = ")
+        if name.strip() in ("cxx", "nvcc") and value.split():
+            exe = shutil.which(value.split()[0])
+            if exe:
+                found.append(Path(exe).resolve())
+    return found
 
 
 def default_outputs(build_dir: Path) -> list[Path]:
@@ -65,13 +100,15 @@ def self_contained(build_dir: Path) -> bool:
 
 
 def is_fresh(build_dir: Path, torch_version: str) -> bool:
-    """True when the recorded key matches the folder's content and every default output exists."""
+    """True when the marker matches the folder's inputs and its outputs' bytes, and every output exists."""
     outputs = default_outputs(build_dir)
     try:
-        recorded = (build_dir / MARKER).read_text().strip()
+        recorded = (build_dir / MARKER).read_text().split()
+        if not outputs or not all(p.is_file() for p in outputs):
+            return False
+        return recorded == [build_key(build_dir, torch_version), outputs_key(build_dir)]
     except OSError:
         return False
-    return bool(outputs) and all(p.is_file() for p in outputs) and recorded == build_key(build_dir, torch_version)
 
 
 def cached_runner(run_ninja: Callable[..., Any], torch_version: str) -> Callable[..., Any]:
@@ -83,9 +120,12 @@ def cached_runner(run_ninja: Callable[..., Any], torch_version: str) -> Callable
             return run_ninja(build_directory, *args, **kwargs)
         if is_fresh(folder, torch_version):
             return None
+        (folder / MARKER).unlink(missing_ok=True)  # a build interrupted from here on must not look finished
         result = run_ninja(build_directory, *args, **kwargs)  # raises on a failed build: nothing recorded
         try:
-            (folder / MARKER).write_text(build_key(folder, torch_version) + "\n")
+            tmp = folder / f"{MARKER}.{os.getpid()}"
+            tmp.write_text(f"{build_key(folder, torch_version)} {outputs_key(folder)}\n")
+            os.replace(tmp, folder / MARKER)
         except OSError:
             pass  # a read-only folder only costs the next process a ninja run
         return result

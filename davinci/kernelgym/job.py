@@ -23,6 +23,7 @@ import hashlib
 import os
 import shutil
 import signal
+import stat
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -45,6 +46,13 @@ class CandidateFailure(Exception):
     def __init__(self, kind: str, message: str, channel: str | None = None) -> None:
         super().__init__(message)
         self.kind, self.message, self.channel = kind, message, channel
+
+
+class BuildBusy(Exception):
+    """The code's build folder stayed locked by another evaluation past the wait (an evaluator problem)."""
+
+
+BUILD_LOCK_SLACK_S = 900.0
 
 
 class ReferenceFailure(Exception):
@@ -144,25 +152,30 @@ def acquire_build_lock(job: Job) -> None:
     owns the folder only while it runs. The lock file lives in the builds folder, which no candidate can
     write; the kernel drops an flock when its holder dies, so a crashed supervisor leaves nothing stale.
     """
+    # The holder is itself bounded (compile + run limits, reference calls, cleanup); the slack covers a queue
+    # of identical candidates (GRPO groups) behind it. Timing out here is never the candidate's fault.
     job.build_lock = lock_build_folder(job.lane.build_root, job.candidate.code_hash,
-                                       job.cfg.compile_timeout_s + job.cfg.run_timeout_s)
+                                       job.cfg.compile_timeout_s + job.cfg.run_timeout_s + BUILD_LOCK_SLACK_S)
 
 
 def lock_build_folder(build_root: Path, code_hash: str, wait_s: float) -> int:
-    """The descriptor holding the flock on `<build_root>/<code_hash>.lock`; CandidateFailure after wait_s."""
+    """The descriptor holding the flock on `<build_root>/<code_hash>.lock`; BuildBusy after wait_s."""
     build_root.mkdir(parents=True, exist_ok=True)
     fd = os.open(build_root / f"{code_hash}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise CandidateFailure("timeout", "another evaluation of this same code kept its build folder "
-                                                  "busy past the compile + run limits") from None
-            time.sleep(0.02)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise BuildBusy(f"another evaluation of this same code held its build folder for more than "
+                                    f"{wait_s:.0f} s; evaluate it again") from None
+                time.sleep(0.02)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def release_build_lock(job: Job) -> None:
@@ -211,12 +224,34 @@ def release_build_dir(lane: Lane, candidate: Candidate) -> None:
 
 
 def _chown_tree(top: Path, owner: tuple[int, int]) -> None:
-    for root, dirs, files in os.walk(top):
-        for name in [root] + [os.path.join(root, n) for n in dirs + files]:
+    """Chown `top` and everything under it without following a link a sandboxed candidate may have planted.
+
+    Runs as root over a folder a candidate could write to: every entry is changed relative to its parent's
+    descriptor (`fwalk`) and never through a symlink; a file with more than one hard link may be a link to a
+    file outside the tree, so it is skipped. Handing over (owner is not us) changes the top folder last and
+    taking back changes it first, so the candidate never owns the top while entries below still move.
+    """
+    ours = owner == (os.getuid(), os.getgid())
+    if ours:
+        _lchown(top, owner)
+    for _root, dirs, files, root_fd in os.fwalk(top, topdown=False, follow_symlinks=False):
+        for name in files + dirs:
             try:
-                os.lchown(name, *owner)
+                st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+                    continue
+                os.chown(name, *owner, dir_fd=root_fd, follow_symlinks=False)
             except OSError:
                 pass
+    if not ours:
+        _lchown(top, owner)
+
+
+def _lchown(path: Path, owner: tuple[int, int]) -> None:
+    try:
+        os.lchown(path, *owner)
+    except OSError:
+        pass
 
 
 def build(job: Job) -> None:

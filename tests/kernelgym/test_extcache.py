@@ -74,6 +74,25 @@ def test_a_missing_library_rebuilds_even_with_a_matching_marker(tmp_path: Path) 
     assert ninja.calls == 2
 
 
+def test_a_library_replaced_after_its_build_is_rebuilt(tmp_path: Path) -> None:
+    d, ninja = _folder(tmp_path), FakeNinja()
+    run = extcache.cached_runner(ninja, "2.11.0")
+    run(str(d), False, "err")
+    (d / "my.so").write_bytes(b"planted")  # marker left alone: its library hash no longer matches
+    run(str(d), False, "err")
+    assert ninja.calls == 2 and (d / "my.so").read_bytes() == b"lib"
+
+
+def test_an_interrupted_rebuild_does_not_leave_a_matching_marker(tmp_path: Path) -> None:
+    d = _folder(tmp_path)
+    extcache.cached_runner(FakeNinja(), "2.11.0")(str(d), False, "err")
+    (d / "main.cpp").write_text("int f() { return 2; }\n")  # v2: its build dies after linking
+    with pytest.raises(RuntimeError):
+        extcache.cached_runner(FakeNinja(fail=True), "2.11.0")(str(d), False, "err")
+    (d / "main.cpp").write_text("int f() { return 1; }\n")  # back to v1: must rebuild, not trust the folder
+    assert not extcache.is_fresh(d, "2.11.0")
+
+
 def test_a_failed_build_records_nothing(tmp_path: Path) -> None:
     d = _folder(tmp_path)
     with pytest.raises(RuntimeError):
