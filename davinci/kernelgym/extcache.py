@@ -1,4 +1,4 @@
-"""Content-keyed reuse of a candidate's JIT-built extension (`load_inline` / `load`), independent of ninja.
+"""Content-keyed reuse of a candidate's JIT-built extension (`load_inline`), independent of ninja.
 
 A candidate that calls `torch.utils.cpp_extension.load_inline` asks ninja to bring its build folder up to
 date. Ninja decides from file times and the dependency files the compiler wrote, and on the H100 every fresh
@@ -59,9 +59,17 @@ def _frame(digest: Any, data: bytes) -> None:
     digest.update(len(data).to_bytes(8, "big") + data)
 
 
+def _ninja_lines(build_dir: Path) -> list[str]:
+    """build.ninja's lines; none when it is missing or unreadable."""
+    try:
+        return (build_dir / "build.ninja").read_text().splitlines()
+    except OSError:
+        return []
+
+
 def _compilers(build_dir: Path) -> list[Path]:
     found = []
-    for line in (build_dir / "build.ninja").read_text().splitlines():
+    for line in _ninja_lines(build_dir):
         name, _, value = line.partition(" = ")
         if name.strip() in ("cxx", "nvcc") and value.split():
             exe = shutil.which(value.split()[0])
@@ -72,11 +80,7 @@ def _compilers(build_dir: Path) -> list[Path]:
 
 def default_outputs(build_dir: Path) -> list[Path]:
     """The targets of build.ninja's `default` line (the library torch will import)."""
-    try:
-        lines = (build_dir / "build.ninja").read_text().splitlines()
-    except OSError:
-        return []
-    names = [name for line in lines if line.startswith("default ") for name in line.split()[1:]]
+    names = [name for line in _ninja_lines(build_dir) if line.startswith("default ") for name in line.split()[1:]]
     return [build_dir / name for name in names]
 
 
@@ -86,12 +90,8 @@ def self_contained(build_dir: Path) -> bool:
     `load(sources=[...])` compiles files from elsewhere, and headers beside them, which the key cannot see:
     such builds are left to ninja.
     """
-    try:
-        lines = (build_dir / "build.ninja").read_text().splitlines()
-    except OSError:
-        return False
     inputs = []
-    for line in lines:
+    for line in _ninja_lines(build_dir):
         if line.startswith("build ") and ": " in line:
             tokens = [t for t in re.split(r"(?<!\$) ", line.split(": ", 1)[1]) if t and t not in ("|", "||")]
             inputs += [t.replace("$ ", " ").replace("$:", ":") for t in tokens[1:]]  # tokens[0]: the rule
