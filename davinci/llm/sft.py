@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from davinci.errors import MalformedInput
+from davinci.llm.attention import attention_kernels
 from davinci.llm.backbone import Backbone, is_lora
 from davinci.llm.config import SFTConfig
 from davinci.llm.optim import adamw
@@ -201,7 +202,8 @@ def _step(backbone: Backbone, opt: Any, params: list, items: Sequence[TokenizedE
     ids, attn, labels = (t.to(backbone.device) for t in collate(items, backbone.pad_token_id))
     for group in opt.param_groups:
         group["lr"] = lr
-    loss = assistant_loss(backbone.model, ids, attn, labels)
+    with attention_kernels(backbone.device):  # no per-shape cuDNN graph builds (davinci.llm.attention)
+        loss = assistant_loss(backbone.model, ids, attn, labels)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))

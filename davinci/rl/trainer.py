@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from davinci.llm.attention import attention_kernels
 from davinci.rl.checkpoint import Progress, save_resume
 from davinci.rl.config import RLConfig
 from davinci.rl.losses import LOSSES, LossInputs, normalization_scale
@@ -91,7 +92,8 @@ def collate(samples: Sequence[TrainSample], scales: Sequence[float], pad_id: int
 def response_logprobs(model: Any, batch: MicroBatch) -> Tensor:
     """[B, R] log pi(response token j | everything before it), float32; garbage where resp_mask is False."""
     start = int(batch.resp_pos.min())
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [B, S, V]
+    with attention_kernels(batch.input_ids.device):  # no per-shape cuDNN graph builds (davinci.llm.attention)
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [B, S, V]
     logits = logits[:, start:-1].float()  # [B, S', V] only rows that predict some response token
     targets = batch.input_ids[:, start + 1 :]  # [B, S'] token predicted by each row
     row_lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, S']

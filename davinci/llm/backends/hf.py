@@ -24,6 +24,7 @@ from typing import Sequence
 
 import torch
 
+from davinci.llm.attention import attention_kernels
 from davinci.llm.backbone import Backbone
 from davinci.llm.types import GenOutput, Message, Sampling
 
@@ -102,7 +103,7 @@ class HFBackend:
         was_training = bb.model.training
         bb.model.eval()
         devices = [bb.device] if bb.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=devices), attention_kernels(bb.device):
             if seed is not None:
                 torch.manual_seed(seed)
             sequences = bb.model.generate(
