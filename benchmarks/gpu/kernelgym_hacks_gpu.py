@@ -180,6 +180,8 @@ class ModelNew(nn.Module):
 # name -> (problem kind, source, expectation, runs on the CPU interpreter)
 CANDIDATES: dict[str, tuple[str, str, str, bool]] = {
     "honest_triton_relu": ("relu", triton_candidate("        return relu(x)\n"), "correct", True),
+    # 64k elements: a ~5 us kernel behind ~0.2 ms of Python launch cost (flagged timing_escape before the fix)
+    "honest_triton_tiny": ("relu_tiny", triton_candidate("        return relu(x)  # tiny\n"), "correct", True),
     "honest_cuda_relu": ("relu", cuda_candidate("kg_relu_honest", LAUNCH), "correct", False),
     "honest_triton_matmul_ieee": ("matmul", TRITON_MATMUL.format(precision="ieee"), "correct", False),
     "side_stream_torch": ("relu", triton_candidate(
@@ -212,6 +214,7 @@ CANDIDATES: dict[str, tuple[str, str, str, bool]] = {
 def problems(device: str) -> dict[str, Problem]:
     big = device == "cuda"
     src = {"relu": PROBLEM.format(rows=4096 if big else 16, cols=16384 if big else 1024),
+           "relu_tiny": PROBLEM.format(rows=32 if big else 8, cols=2000 if big else 250),
            "relu_small": PROBLEM.format(rows=2048 if big else 16, cols=2048 if big else 256),
            "matmul": MATMUL.format(n=2048 if big else 64)}
     return {k: Problem(id=f"gpu-hacks/{k}", source="synthetic", level=1, name=k, code=v) for k, v in src.items()}

@@ -28,7 +28,8 @@ from davinci.kernelgym.backend import detect_backend
 from davinci.kernelgym.baselines import DiskCache, cache_key
 from davinci.kernelgym.checks import resolve_checks, runtime_findings, static_findings
 from davinci.kernelgym.config import GymConfig
-from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
+from davinci.kernelgym.gpugate import GateBusy, gpu_gate
+from davinci.kernelgym.job import (BUILD_LOCK_SLACK_S, BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
                                    cleanup, correctness, derive_seed, describe_exit, gather_evidence, load_problem,
                                    log_tail, ref)
 from davinci.kernelgym.lane import Lane, WorkerDied
@@ -219,14 +220,24 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
     build(job)
     if not job.compiled:
         return
-    job.run_deadline = time.monotonic() + job.cfg.run_timeout_s
-    correctness(job)
+    # Other lanes on this GPU may run correctness beside ours, but never while one of them times (gpugate).
+    with gpu_gate(job.lane.build_root, job.lane.gpu, "shared", _gate_wait_s(job.cfg)):
+        job.run_deadline = time.monotonic() + job.cfg.run_timeout_s
+        correctness(job)
+        if job.numerics_ok:
+            gather_evidence(job)
     if not job.numerics_ok:
         return
-    gather_evidence(job)
     pre = runtime_findings(job.checks, _evidence(job))
     if measure and not job.static and not pre:
-        perf.timing(job)
+        with gpu_gate(job.lane.build_root, job.lane.gpu, "exclusive", _gate_wait_s(job.cfg)) as waited_s:
+            job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
+            perf.timing(job)
+
+
+def _gate_wait_s(cfg: GymConfig) -> float:
+    """The longest wait at a GPU's gate: every holder is bounded by the run limit; the slack covers a queue."""
+    return cfg.run_timeout_s + BUILD_LOCK_SLACK_S
 
 
 def _evidence(job: Job):
@@ -256,7 +267,7 @@ def evaluate_on(ev: Evaluator, lane: Lane, problem: Problem, candidate: Candidat
         job.fail(kind, f"{f.message}; process {exit_note}" + (f"\n{tail}" if tail else ""))
     except ReferenceFailure as f:
         job.fail("reference", f"the reference program failed: {fb.excerpt(str(f), 6)}")
-    except (WorkerDied, BuildBusy) as f:
+    except (WorkerDied, BuildBusy, GateBusy) as f:
         job.fail("internal", str(f))
     except Exception as exc:
         job.fail("internal", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-2000:])

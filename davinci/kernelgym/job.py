@@ -306,6 +306,8 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
         ref(job, {"op": "rewrite", "name": slot})
     reply, blobs = ask(job, {"op": "run", "slot": slot, "tag": tag, "poison": poison, "fill": fill}, fill_blobs)
     ev = reply.get("evidence") or {}
+    # the worker sends evidence only when the forward returned
+    job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))
     job.kernel_ms += float(ev.get("kernel_ms", 0.0))
     job.forward_ms += float(ev.get("forward_ms", 0.0))

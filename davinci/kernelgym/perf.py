@@ -80,6 +80,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     ev = job.evidence
     ev.cand_event_ms += [float(x) for x in tr["event_ms"]]
     ev.cand_host_ms += [float(x) for x in tr["host_ms"]]
+    ev.cand_after_ms += [float(x) for x in tr.get("after_ms") or []]
     ev.overhead_ms = float(tr.get("overhead_ms", 0.0))
     acc["samples"]["cand"] += defended(tr["event_ms"], tr["host_ms"], ev.overhead_ms, job.lane.cuda)
     threads = tr.get("threads") or [0, 0, 0, 0]

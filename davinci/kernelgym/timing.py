@@ -8,10 +8,15 @@ harness's identity check).
 Per timed call (GPU):
   outside the timed region: write the L2 flush buffer, reset the persisting-L2 carve-out
   (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0) + cudaCtxResetPersistingL2Cache), synchronize;
-  timed: host t0, start event, fn(*args), end event, device-wide synchronize, host t1.
+  timed: host t0, start event, fn(*args), host t_ret, end event, device-wide synchronize, host t1.
 Both the event time and the host time (which includes work on every stream, because the synchronize is
 device-wide) are reported; the supervisor defends the number as max(event, host - overhead), where
-`overhead` is the same loop's cost around a no-op, and flags a large host/event gap (side streams).
+`overhead` is the same loop's cost around a no-op. `after` (t1 - t_ret) is the part of the host time spent
+after the call returned: with every kernel on the timed stream it is at most the event time plus the
+synchronize's latency, so a large `after` means work still running elsewhere (side streams, threads) and is
+flagged. The host time before the return is the call's own launch cost (Python, launchers): it counts in
+the defended time but is not suspicious (CUDA submits the start event with the first launch, so a 5 us
+kernel behind 200 us of Python shows a 5 us event time).
 On the CPU there are no events: the host time is the measurement.
 """
 
@@ -86,40 +91,47 @@ class DeviceTimer:
                 self._reset_l2()
             self._sync()
 
-    def _one(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, float, Any]:
+    def _one(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[float, float, float, Any]:
+        """(event ms, host ms, host ms after fn returned, output) of one call."""
         self._prepare()
         if not self.cuda:
             h0 = self._perf()
             out = fn(*args)
             h1 = self._perf()
-            return (h1 - h0) * 1e3, (h1 - h0) * 1e3, out
+            return (h1 - h0) * 1e3, (h1 - h0) * 1e3, 0.0, out
         start, end = self._Event(enable_timing=True), self._Event(enable_timing=True)
         h0 = self._perf()
         self._record(start)
         out = fn(*args)
+        h_ret = self._perf()
         self._record(end)
         self._sync()
         h1 = self._perf()
-        return float(self._elapsed(start, end)), (h1 - h0) * 1e3, out
+        return float(self._elapsed(start, end)), (h1 - h0) * 1e3, (h1 - h_ret) * 1e3, out
 
     def calibrate(self, reps: int = 15) -> float:
         """Median host-minus-event time of the loop around a no-op: the loop's own cost on the host clock."""
         gaps = []
         for _ in range(reps):
-            ev, host, _ = self._one(lambda: None, ())
+            ev, host, _, _ = self._one(lambda: None, ())
             gaps.append(host - ev)
         gaps.sort()
         self.overhead_ms = gaps[len(gaps) // 2] if self.cuda else 0.0
         return self.overhead_ms
 
     def time_calls(self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], order: Sequence[int],
-                   keep: bool = True) -> tuple[list[float], list[float], list[Any]]:
-        """Time fn(*arg_sets[j]) for j in order; returns event ms, host ms and (if keep) the outputs."""
+                   keep: bool = True, after: list[float] | None = None) -> tuple[list[float], list[float], list[Any]]:
+        """Time fn(*arg_sets[j]) for j in order; returns event ms, host ms and (if keep) the outputs.
+
+        `after`, when given, receives each call's host ms from its return to the end of the synchronize.
+        """
         events, hosts, outs = [], [], []
         for j in order:
-            ev, host, out = self._one(fn, arg_sets[j])
+            ev, host, post, out = self._one(fn, arg_sets[j])
             events.append(ev)
             hosts.append(host)
+            if after is not None:
+                after.append(post)
             if keep:
                 outs.append(out)
             del out

@@ -176,11 +176,12 @@ class Harness:
             self.timer.calibrate()
             self.warmed = True
         before = guards.thread_counts()
-        events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True)
+        after: list[float] = []
+        events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after)
         leaves = [flatten_outputs(o) for o in outs]
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
         self.kept["timed"] = leaves  # type: ignore[assignment]
-        return {"ok": True, "event_ms": events, "host_ms": hosts, "overhead_ms": self.timer.overhead_ms,
+        return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()]}, []
 
     def op_share(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:

@@ -122,3 +122,36 @@ def test_runtime_checks_read_evidence():
     assert runtime_findings(resolve_checks("runtime"), ev) == []
     ev.reported_ms, ev.wall_estimate_ms, ev.timing_rounds = 0.1, 5.0, 3
     assert [f.check for f in runtime_findings(resolve_checks("runtime"), ev)] == ["wall_clock_mismatch"]
+
+
+def _timed(event_ms: float, host_ms: float, after_ms: float) -> Evidence:
+    return Evidence(backend="triton", kernel_names=("swish_kernel",), cuda=True, launched={"swish_kernel"},
+                    cand_event_ms=[event_ms] * 5, cand_host_ms=[host_ms] * 5, cand_after_ms=[after_ms] * 5,
+                    overhead_ms=0.02)
+
+
+def test_timing_escape_ignores_launch_cost_before_the_return():
+    # Seen on the H100: an honest 64k-element Triton swish, 0.006 ms of events behind 0.19 ms of host time,
+    # nearly all of it Python and the launcher before the call returned (the sync after it waited 0.03 ms).
+    assert runtime_findings(("timing_escape",), _timed(0.006, 0.19, 0.03)) == []
+
+
+def test_timing_escape_flags_work_still_running_after_the_return():
+    # A side stream: nothing on the timed stream (events 0.01 ms), 1.9 ms of GPU work waited for after return.
+    got = runtime_findings(("timing_escape",), _timed(0.01, 2.0, 1.9))
+    assert [f.check for f in got] == ["timing_escape"] and "after the call returned" in got[0].reason
+
+
+def test_timing_escape_threshold_hand_computed():
+    # waited = after - overhead = 0.16 - 0.02 = 0.14; events 0.08; allowed gap max(0.04, 0.05) = 0.05.
+    assert runtime_findings(("timing_escape",), _timed(0.08, 0.3, 0.16))  # 0.14 - 0.08 = 0.06 > 0.05
+    assert not runtime_findings(("timing_escape",), _timed(0.08, 0.3, 0.14))  # 0.12 - 0.08 = 0.04
+
+
+def test_decoy_kernel_needs_a_forward_that_returned():
+    # Seen on the H100: `relu_kernel[grid](...)` with no relu_kernel defined raises NameError before any
+    # launch; that is a runtime error, not a decoy (a flag would turn it into the hack penalty).
+    ev = Evidence(backend="triton", kernel_names=("swish_kernel",), cuda=True, launched=set(), forwards_returned=0)
+    assert runtime_findings(("decoy_kernel",), ev) == []
+    ev.forwards_returned = 2  # it returned twice without launching its kernel: a decoy
+    assert [f.check for f in runtime_findings(("decoy_kernel",), ev)] == ["decoy_kernel"]

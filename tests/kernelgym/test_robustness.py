@@ -121,3 +121,11 @@ def test_candidate_runs_sandboxed(quick, problem, candidate):
     if switched:
         assert "Operation not permitted" in attack.error
     assert quick.evaluate(p, candidate("honest_relu", p)).correct  # a restarted fork server serves on
+
+
+def test_a_forward_that_raises_before_its_kernel_is_not_flagged(quick, problem, candidate):
+    # Flags turn a verdict into the hack penalty; a NameError is an ordinary runtime error.
+    p = problem("relu")
+    r = quick.evaluate(p, candidate("fail_triton_name_error", p), seed=0)
+    assert r.error_kind == "runtime" and r.flags == (), (r.flags, r.feedback)
+    assert "relu_kernel" in r.feedback

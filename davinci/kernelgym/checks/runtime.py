@@ -26,6 +26,8 @@ class Evidence:
     kernel_names: tuple[str, ...] = ()
     cuda: bool = False
     launched: set[str] = field(default_factory=set)
+    # forward calls that returned (None: not counted); launch records mean nothing when none returned
+    forwards_returned: int | None = None
     profiler_kernels: list[tuple[str, float]] | None = None
     mutated: list[str] = field(default_factory=list)
     nondeterministic: str | None = None
@@ -38,6 +40,7 @@ class Evidence:
     reused_storage: int = 0
     cand_event_ms: list[float] = field(default_factory=list)
     cand_host_ms: list[float] = field(default_factory=list)
+    cand_after_ms: list[float] = field(default_factory=list)  # host ms from each timed call's return to the sync
     overhead_ms: float = 0.0
     reported_ms: float | None = None
     wall_estimate_ms: float | None = None
@@ -71,6 +74,8 @@ def decoy_kernel(ev: Evidence) -> str | None:
     """A Triton/CUDA candidate none of whose kernels ran during forward (launch records or profiler)."""
     if ev.backend not in ("triton", "cuda") or not ev.kernel_names:
         return None
+    if ev.forwards_returned == 0:
+        return None  # the forward raised or died before returning: its error is the verdict, not a decoy
     if any(kernel_matches(name, ev.kernel_names) for name in ev.launched):
         return None
     if ev.profiler_kernels is not None:
@@ -114,10 +119,23 @@ def result_replay(ev: Evidence) -> str | None:
 
 @RUNTIME_CHECKS.register("timing_escape")
 def timing_escape(ev: Evidence) -> str | None:
-    """Host time (device-wide sync) far above event time: work escaped the timed stream."""
+    """GPU work still running after the call returned, well past the timed stream's own work.
+
+    After the return the host only records the end event and waits in a device-wide synchronize; with every
+    kernel on the timed stream that wait is at most the event time (plus the loop's overhead). The host time
+    before the return is launch cost (Python, launchers): it counts in the defended runtime but says
+    nothing about escaped work, so it is not compared (a 5 us Triton kernel behind 200 us of Python is
+    honest). Evidence without per-call `after` times falls back to the whole host time.
+    """
     if not ev.cuda or len(ev.cand_event_ms) < 3:
         return None
     ev_med = statistics.median(ev.cand_event_ms)
+    if len(ev.cand_after_ms) == len(ev.cand_event_ms):
+        waited = statistics.median(ev.cand_after_ms) - ev.overhead_ms
+        if waited - ev_med > max(0.5 * ev_med, 0.05):
+            return (f"the device-wide sync after the call returned waited {waited:.3f} ms vs events {ev_med:.3f} ms: "
+                    "work ran outside the timed stream")
+        return None
     host_med = statistics.median(ev.cand_host_ms) - ev.overhead_ms
     if host_med - ev_med > max(0.5 * ev_med, 0.05):
         return f"host clock {host_med:.3f} ms vs events {ev_med:.3f} ms: work ran outside the timed stream"
