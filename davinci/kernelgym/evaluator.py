@@ -221,7 +221,7 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
     if not job.compiled:
         return
     # Other lanes on this GPU may run correctness beside ours, but never while one of them times (gpugate).
-    with gpu_gate(job.lane.build_root, job.lane.gpu, "shared", _gate_wait_s(job.cfg)):
+    with gpu_gate(job.lane.build_root, job.lane.gpu_id, "shared", _gate_wait_s(job.cfg)):
         job.run_deadline = time.monotonic() + job.cfg.run_timeout_s
         correctness(job)
         if job.numerics_ok:
@@ -230,7 +230,7 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
         return
     pre = runtime_findings(job.checks, _evidence(job))
     if measure and not job.static and not pre:
-        with gpu_gate(job.lane.build_root, job.lane.gpu, "exclusive", _gate_wait_s(job.cfg)) as waited_s:
+        with gpu_gate(job.lane.build_root, job.lane.gpu_id, "exclusive", _gate_wait_s(job.cfg)) as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
             perf.timing(job)
 

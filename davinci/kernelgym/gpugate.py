@@ -20,7 +20,7 @@ ever stale), shared by every lane and every evaluator process on the host:
 Time spent waiting at the gate is not the candidate's: callers extend its run deadline by it. A wait past
 `wait_s` raises `GateBusy` (an evaluator-side verdict). On the CPU there is no gate.
 
-    with gpu_gate(lane.build_root, lane.gpu, "exclusive", wait_s=600) as waited_s:
+    with gpu_gate(lane.build_root, lane.gpu_id, "exclusive", wait_s=600) as waited_s:
         job.run_deadline += waited_s
         perf.timing(job)
 """
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,8 +56,12 @@ def _lock(fd: int, op: int, deadline: float, what: str) -> None:
 
 
 @contextmanager
-def gpu_gate(root: Path, gpu: int | None, mode: Mode, wait_s: float) -> Iterator[float]:
-    """Hold GPU `gpu`'s gate in `mode` for the block; yields the seconds spent waiting (0.0 without a GPU)."""
+def gpu_gate(root: Path, gpu: int | str | None, mode: Mode, wait_s: float) -> Iterator[float]:
+    """Hold GPU `gpu`'s gate in `mode` for the block; yields the seconds spent waiting (0.0 without a GPU).
+
+    `gpu` names the physical GPU (a lane's `gpu_id`: an index or UUID as CUDA_VISIBLE_DEVICES has it), so
+    evaluators with different masks of their own still share one gate per GPU.
+    """
     if mode not in MODES:
         raise ValueError(f"unknown gate mode {mode!r}; valid: {', '.join(MODES)}")
     if gpu is None:
@@ -65,11 +70,12 @@ def gpu_gate(root: Path, gpu: int | None, mode: Mode, wait_s: float) -> Iterator
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     deadline = t0 + wait_s
-    turn = os.open(root / f"gpu{gpu}.turn", os.O_RDWR | os.O_CREAT, 0o600)
+    name = "gpu" + re.sub(r"[^A-Za-z0-9_-]", "_", str(gpu))
+    turn = os.open(root / f"{name}.turn", os.O_RDWR | os.O_CREAT, 0o600)
     use = -1
     try:
         _lock(turn, fcntl.LOCK_EX, deadline, f"GPU {gpu}'s queue")
-        use = os.open(root / f"gpu{gpu}.use", os.O_RDWR | os.O_CREAT, 0o600)
+        use = os.open(root / f"{name}.use", os.O_RDWR | os.O_CREAT, 0o600)
         _lock(use, fcntl.LOCK_SH if mode == "shared" else fcntl.LOCK_EX, deadline, f"GPU {gpu}")
         if mode == "shared":
             os.close(turn)  # a shared holder lets the queue move at once

@@ -68,6 +68,21 @@ class _Proc:
     chan: Channel
 
 
+def physical_device(index: int, parent_mask: str | None) -> str:
+    """The CUDA_VISIBLE_DEVICES entry for our visible GPU `index`, to hand to a child process.
+
+    The child's variable replaces ours, so the index is translated through our own mask: with "2,3", GPU 1
+    is "3" (GPU UUIDs and MIG ids pass through as written); without a mask it is the index itself.
+    """
+    if parent_mask is None or not parent_mask.strip():
+        return str(index)
+    entries = [e.strip() for e in parent_mask.split(",") if e.strip()]
+    if not 0 <= index < len(entries):
+        raise ValueError(f"GPU {index} is not among CUDA_VISIBLE_DEVICES={parent_mask!r}; "
+                         "set gym.workers to at most the number of visible GPUs per lane")
+    return entries[index]
+
+
 class Lane:
     """`prebuild=True`: a zygote only (no reference worker, no GPU), forking CPU children that import
     load_inline candidates so their CUDA builds land in the persistent build cache ahead of the GPU lanes."""
@@ -76,6 +91,8 @@ class Lane:
                  prebuild: bool = False, arch_list: str = "") -> None:
         self.index, self.device, self.gpu, self.cfg, self.prebuild = index, device, gpu, cfg, prebuild
         self.cuda = device.startswith("cuda")
+        # The GPU as the child must name it (its CUDA_VISIBLE_DEVICES replaces ours); also the GPU gate's key.
+        self.gpu_id = physical_device(gpu, os.environ.get("CUDA_VISIBLE_DEVICES")) if self.cuda and gpu is not None else None
         self.arch_list = arch_list
         self._zlock = threading.Lock()
         # CUDA IPC needs the candidate under our own user; pre-builds run nvcc, kept under our user too.
@@ -89,7 +106,7 @@ class Lane:
         self.transport = "ipc" if self.cuda and cfg.transport != "host" else "host"
         self.transport_note = ""
         self.marker = uuid.uuid4().hex
-        extra = {"CUDA_VISIBLE_DEVICES": str(gpu) if self.cuda else "", "KERNELGYM_CPU_THREADS": str(cfg.cpu_threads),
+        extra = {"CUDA_VISIBLE_DEVICES": self.gpu_id or "", "KERNELGYM_CPU_THREADS": str(cfg.cpu_threads),
                  "KERNELGYM_LANE": self.marker,
                  "HOME": str(self.root), "TMPDIR": str(self.root / "tmp")}
         if not self.cuda and not prebuild:

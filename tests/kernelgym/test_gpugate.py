@@ -74,3 +74,23 @@ def test_no_gpu_no_gate_and_unknown_modes_raise(tmp_path):
     with pytest.raises(ValueError, match="shared, exclusive"):
         with gpu_gate(tmp_path, 0, "exclusiv", wait_s=0.0):  # type: ignore[arg-type]
             pass
+
+
+def test_lanes_name_the_physical_gpu_through_the_parent_mask():
+    from davinci.kernelgym.lane import physical_device
+
+    assert physical_device(1, None) == "1" and physical_device(0, "") == "0"
+    assert physical_device(1, "2,3") == "3"  # the child's mask replaces ours: "1" would be the wrong GPU
+    assert physical_device(0, " GPU-8a1f,GPU-77c2 ") == "GPU-8a1f"
+    with pytest.raises(ValueError, match="not among"):
+        physical_device(2, "2,3")
+
+
+def test_gates_are_keyed_by_physical_gpu_names(tmp_path):
+    with gpu_gate(tmp_path, "MIG-GPU-8a1f/1/0", "exclusive", wait_s=1.0):
+        with pytest.raises(GateBusy):
+            with gpu_gate(tmp_path, "MIG-GPU-8a1f/1/0", "shared", wait_s=0.1):
+                pass
+        with gpu_gate(tmp_path, "3", "exclusive", wait_s=0.1):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpu3.turn", "gpu3.use", "gpuMIG-GPU-8a1f_1_0.turn", "gpuMIG-GPU-8a1f_1_0.use"]
