@@ -350,7 +350,7 @@ def _safe_timing(ev: Evaluator, job: Job, notes: list[str]) -> dict[str, Any]:
         return {}
     try:
         return _timing_block(ev, job)
-    except (ReferenceFailure, WorkerDied) as exc:
+    except (ReferenceFailure, WorkerDied, GateBusy) as exc:
         notes.append(f"note: a baseline could not be measured ({str(exc)[:200]})")
         return {}
 
