@@ -28,9 +28,9 @@ from davinci.kernelgym.backend import detect_backend
 from davinci.kernelgym.baselines import DiskCache, cache_key
 from davinci.kernelgym.checks import resolve_checks, runtime_findings, static_findings
 from davinci.kernelgym.config import GymConfig
-from davinci.kernelgym.gpugate import GateBusy, gpu_gate
-from davinci.kernelgym.job import (BUILD_LOCK_SLACK_S, BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
-                                   cleanup, correctness, derive_seed, describe_exit, gather_evidence, load_problem,
+from davinci.kernelgym.gpugate import GateBusy
+from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
+                                   cleanup, correctness, derive_seed, describe_exit, gather_evidence, gpu_phase, load_problem,
                                    log_tail, ref)
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
@@ -221,7 +221,7 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
     if not job.compiled:
         return
     # Other lanes on this GPU may run correctness beside ours, but never while one of them times (gpugate).
-    with gpu_gate(job.lane.build_root, job.lane.gpu_id, "shared", _gate_wait_s(job.cfg)):
+    with gpu_phase(job, "shared"):
         job.run_deadline = time.monotonic() + job.cfg.run_timeout_s
         correctness(job)
         if job.numerics_ok:
@@ -230,14 +230,9 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
         return
     pre = runtime_findings(job.checks, _evidence(job))
     if measure and not job.static and not pre:
-        with gpu_gate(job.lane.build_root, job.lane.gpu_id, "exclusive", _gate_wait_s(job.cfg)) as waited_s:
+        with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
             perf.timing(job)
-
-
-def _gate_wait_s(cfg: GymConfig) -> float:
-    """The longest wait at a GPU's gate: every holder is bounded by the run limit; the slack covers a queue."""
-    return cfg.run_timeout_s + BUILD_LOCK_SLACK_S
 
 
 def _evidence(job: Job):

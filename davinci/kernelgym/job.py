@@ -26,6 +26,7 @@ import signal
 import stat
 import time
 import uuid
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 from davinci.kernelgym.backend import BackendInfo
 from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
+from davinci.kernelgym.gpugate import Mode, gpu_gate
 from davinci.kernelgym.lane import ChildHandle, Lane, WorkerDied
 from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
 from davinci.types import Candidate, Problem
@@ -176,6 +178,11 @@ def lock_build_folder(build_root: Path, code_hash: str, wait_s: float) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def gpu_phase(job: Job, mode: Mode) -> AbstractContextManager[float]:
+    """This job's lane's GPU gate in `mode` (see gpugate); waits at most the run limit plus the lock slack."""
+    return gpu_gate(job.lane.build_root, job.lane.gpu_id, mode, job.cfg.run_timeout_s + BUILD_LOCK_SLACK_S)
 
 
 def release_build_lock(job: Job) -> None:

@@ -22,8 +22,7 @@ import time
 from typing import Any
 
 from davinci.kernelgym.baselines import DiskCache, cache_key
-from davinci.kernelgym.gpugate import gpu_gate
-from davinci.kernelgym.job import BUILD_LOCK_SLACK_S, Job, ask, ref
+from davinci.kernelgym.job import Job, ask, gpu_phase, ref
 from davinci.kernelgym.sol import roofline_violation, sol_percent
 from davinci.kernelgym.stats import defended, should_stop
 
@@ -160,7 +159,7 @@ def cached_baseline(job: Job, cache: DiskCache, name: str) -> list[float] | None
     if hit and hit.get("samples"):
         return [float(x) for x in hit["samples"]]
     # a cached number is used forever: measure it with the GPU to ourselves (gpugate)
-    with gpu_gate(job.lane.build_root, job.lane.gpu_id, "exclusive", job.cfg.run_timeout_s + BUILD_LOCK_SLACK_S):
+    with gpu_phase(job, "exclusive"):
         reply, _ = ref(job, {"op": "measure_baseline", "name": name, "rotation": rotation_count(job),
                              "seed": job.timing_seed, "warmup": job.cfg.warmup_reps, "rule": _rule(job)})
     cache.put("baselines", key, {"samples": reply["samples"], "problem": job.problem.id, "name": name,
@@ -174,7 +173,7 @@ def ceilings(job: Job, cache: DiskCache) -> dict[str, float]:
         key = cache_key("ceilings", lane.info.get("device"), lane.info.get("torch"))
         hit = cache.get("ceilings", key)
         if not hit:
-            with gpu_gate(lane.build_root, lane.gpu_id, "exclusive", job.cfg.run_timeout_s + BUILD_LOCK_SLACK_S):
+            with gpu_phase(job, "exclusive"):
                 reply, _ = lane.ref_call({"op": "ceilings"}, timeout=300.0)
             hit = reply.get("ceilings", {}) if reply.get("ok") else {}
             if hit:
