@@ -388,6 +388,7 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                   "l2_reset": str(info.get("l2_reset", ""))},
         details={"sandbox": job.sandbox, "distributions": list(job.cfg.distributions), "failed_dist": job.failed_dist,
                  "timing_rounds": job.perf.get("rounds", 0), "rotation": job.perf.get("rotation", 0),
+                 "timing_sources": job.perf.get("sources", {}),
                  "work": job.info.get("work"), "transport_note": lane.transport_note},
     )
 

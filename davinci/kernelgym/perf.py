@@ -57,6 +57,29 @@ def _time_baselines(job: Job, order: list[int], live: list[str], acc: dict[str, 
         base, _ = ref(job, {"op": "time_baseline", "name": name, "order": order, "warmup": job.cfg.warmup_reps})
         acc["walls"][name].append((time.monotonic() - w0) * 1e3)
         acc["samples"][name] += defended(base["event_ms"], base["host_ms"], base["overhead_ms"], job.lane.cuda)
+        _keep_raw(acc, name, base["event_ms"], base["host_ms"], base["overhead_ms"])
+
+
+def _keep_raw(acc: dict[str, Any], name: str, events: list[float], hosts: list[float], overhead_ms: float) -> None:
+    """The two clocks behind a program's defended samples (`sources` in the result's details)."""
+    raw = acc["raw"].setdefault(name, {"event": [], "host": [], "overhead_ms": 0.0})
+    raw["event"] += [float(x) for x in events]
+    raw["host"] += [float(x) for x in hosts]
+    raw["overhead_ms"] = float(overhead_ms)
+
+
+def timing_sources(raw: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per program: median event ms, median host ms, the host loop overhead, and the share of calls where
+    the host clock (minus overhead) set the defended time. Side by side these say whether a speedup comes
+    from the kernels (event) or from launch and synchronize costs (host)."""
+    out = {}
+    for name, r in raw.items():
+        if not r["event"]:
+            continue
+        host_bound = sum(1 for e, h in zip(r["event"], r["host"]) if h - r["overhead_ms"] > e)
+        out[name] = {"event_ms": statistics.median(r["event"]), "host_ms": statistics.median(r["host"]),
+                     "overhead_ms": r["overhead_ms"], "host_bound": host_bound / len(r["event"])}
+    return out
 
 
 def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, live: list[str], acc: dict[str, Any],
@@ -83,6 +106,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     ev.cand_after_ms += [float(x) for x in tr.get("after_ms") or []]
     ev.overhead_ms = float(tr.get("overhead_ms", 0.0))
     acc["samples"]["cand"] += defended(tr["event_ms"], tr["host_ms"], ev.overhead_ms, job.lane.cuda)
+    _keep_raw(acc, "cand", tr["event_ms"], tr["host_ms"], ev.overhead_ms)
     threads = tr.get("threads") or [0, 0, 0, 0]
     ev.timed_native_thread_growth += max(0, int(threads[3]) - int(threads[1]))
     ev.reused_storage += int(tr.get("reused_storage", 0))
@@ -110,7 +134,8 @@ def timing(job: Job) -> None:
         descs.append(alloc.get("descs"))
     ref(job, {"op": "timing_setup", "sets": descs if job.lane.transport == "ipc" else None, "count": r})
     live = [b for b in enabled_baselines(job) if b in job.cfg.live_baselines]
-    acc: dict[str, Any] = {"samples": {"cand": [], **{b: [] for b in live}}, "walls": {"cand": [], **{b: [] for b in live}}}
+    acc: dict[str, Any] = {"samples": {"cand": [], **{b: [] for b in live}}, "walls": {"cand": [], **{b: [] for b in live}},
+                           "raw": {}}
     rng = random.Random(job.timing_seed)
     t0, rnd = time.monotonic(), 0
     try:
@@ -128,7 +153,8 @@ def timing(job: Job) -> None:
                 break
     finally:
         job.evidence.timing_rounds = rnd
-        job.perf = {"samples": acc["samples"], "walls": acc["walls"], "rounds": rnd, "rotation": r}
+        job.perf = {"samples": acc["samples"], "walls": acc["walls"], "rounds": rnd, "rotation": r,
+                    "sources": timing_sources(acc["raw"])}
         try:
             ask(job, {"op": "release", "slots": sets})
         except Exception:

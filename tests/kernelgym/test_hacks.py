@@ -54,6 +54,8 @@ def test_honest_candidate_is_correct_with_no_flags(gym, problem, candidate, name
     assert (r.correct, r.flags, r.error_kind) == (True, (), None), r.feedback
     assert r.runtime is not None and r.speedup is not None and r.timing_label == "cpu"
     assert r.kernel_coverage is not None and r.kernel_coverage > 0.5 and r.kernels_launched
+    sources = r.details["timing_sources"]  # both clocks behind the speedup, per timed program
+    assert set(sources) == {"cand", *r.baselines} and all(s["host_ms"] > 0 for s in sources.values())
 
 
 @pytest.mark.parametrize("name", sorted(CHEATS))

@@ -38,3 +38,13 @@ def test_defended_time_counts_work_the_events_missed():
     assert defended([1.0], [5.0], 0.1, cuda=True) == [pytest.approx(4.9)]
     assert defended([1.0], [1.05], 0.1, cuda=True) == [1.0]
     assert defended([0.0], [3.0], 0.1, cuda=False) == [3.0]
+
+
+def test_timing_sources_report_both_clocks_and_the_host_bound_share():
+    from davinci.kernelgym.perf import timing_sources
+
+    raw = {"cand": {"event": [1.0, 2.0, 3.0], "host": [1.5, 2.0, 3.6], "overhead_ms": 0.2},
+           "eager": {"event": [], "host": [], "overhead_ms": 0.0}}
+    got = timing_sources(raw)
+    # host - overhead: 1.3 > 1.0, 1.8 < 2.0, 3.4 > 3.0 -> two of three calls were host-bound
+    assert got == {"cand": {"event_ms": 2.0, "host_ms": 2.0, "overhead_ms": 0.2, "host_bound": pytest.approx(2 / 3)}}
