@@ -15,6 +15,7 @@ Bad input ends with one `error:` line plus the fix and exit code 2, never a trac
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import os
 import signal
@@ -184,10 +185,18 @@ def install_interrupt_handler(grace_s: float = INTERRUPT_GRACE_S) -> None:
     """Ctrl-C / SIGTERM raise KeyboardInterrupt as usual (runs are marked KILLED on the way out), and arm a
     watchdog: Ctrl-C reaches the whole process group, Prefect's ephemeral API server included, and Prefect
     then retries reporting the crash to a server that is gone. After `grace_s`, or at a second signal, the
-    process exits at once; an interrupted run is resumable either way."""
+    process exits at once; an interrupted run is resumable either way.
+
+    A signal that lands while the interpreter runs a finalizer or weakref callback raises KeyboardInterrupt
+    where Python can only print it ("Exception ignored in ...", with a traceback) and drop it; the
+    unraisable hook hides that one and delivers the interrupt again in ordinary code."""
 
     def second(signum: int, frame: Any) -> None:
         _exit_interrupted()
+
+    def again(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, second)
+        raise KeyboardInterrupt
 
     def first(signum: int, frame: Any) -> None:
         timer = threading.Timer(grace_s, _exit_interrupted)
@@ -197,8 +206,22 @@ def install_interrupt_handler(grace_s: float = INTERRUPT_GRACE_S) -> None:
         signal.signal(signal.SIGTERM, second)
         raise KeyboardInterrupt
 
+    default_hook = sys.unraisablehook
+
+    def unraisable(info: Any) -> None:
+        if info.exc_type is not KeyboardInterrupt:
+            default_hook(info)
+            return
+        signal.signal(signal.SIGINT, again)
+        # From another thread, a moment later: tripped while this hook runs, the signal would be handled
+        # inside it and dropped again.
+        timer = threading.Timer(0.05, _thread.interrupt_main, args=(signal.SIGINT,))
+        timer.daemon = True
+        timer.start()
+
     signal.signal(signal.SIGINT, first)
     signal.signal(signal.SIGTERM, first)
+    sys.unraisablehook = unraisable
 
 
 def main(argv: Sequence[str] | None = None) -> int:

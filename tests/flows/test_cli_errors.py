@@ -6,8 +6,10 @@ Each case runs the real console entry point in a subprocess against an empty pro
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,27 @@ def test_skills_show_unknown_id(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args", [["run", "--set", "norequals"], ["config", "--set", "gym.device=tpu"]])
 def test_malformed_overrides(tmp_path: Path, args: list[str]) -> None:
     assert_clean_failure(cli(tmp_path, *args), "error:", "fix:")
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hook = sys.unraisablehook
+    yield
+    for s, h in saved.items():
+        signal.signal(s, h)
+    sys.unraisablehook = hook
+
+
+def test_interrupt_dropped_by_a_finalizer_is_delivered_again(restore_signals, capsys):
+    from flows.cli import install_interrupt_handler
+
+    class Finalizer:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt  # what a Ctrl-C during garbage collection looks like
+
+    install_interrupt_handler(grace_s=60)
+    with pytest.raises(KeyboardInterrupt):
+        Finalizer()  # dropped at once: Python can only hand the exception to sys.unraisablehook
+        time.sleep(5)  # the re-delivered interrupt is raised here, in ordinary code
+    assert "Traceback" not in capsys.readouterr().err
