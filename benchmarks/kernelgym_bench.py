@@ -40,8 +40,7 @@ def run(args: argparse.Namespace) -> dict:
     timing = (dict(timing_ci_rel=0.005, timing_min_reps=30, timing_max_reps=300, timing_max_s=6.0)
               if args.device == "cuda" else dict(timing_min_reps=5, timing_max_s=1.0))
     cfg = config(args.device, checks="none", baselines=("eager",), live_baselines=("eager",),
-                 profile_coverage=False, run_timeout_s=300.0, transport=args.transport,
-                 replace_weights=args.replace_weights, **timing)
+                 profile_coverage=False, run_timeout_s=300.0, transport=args.transport, **timing)
     problems = [load_level_problem(1, p) for p in args.problems]
     clock = Clock()
     records = []
@@ -103,8 +102,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="evaluations per problem (the first warms the caches)")
     ap.add_argument("--problems", nargs="*", default=PROBLEMS, help="level-1 problem numbers")
     ap.add_argument("--small", action="store_true", help="shrink every problem (CPU smoke run)")
-    ap.add_argument("--replace-weights", default="reclone", choices=["off", "reclone", "fresh"],
-                    help="new weight placement between timing rounds (GymConfig.replace_weights)")
     ap.add_argument("--transport", default="auto", choices=["auto", "ipc", "host"],
                     help="how tensors reach the candidate (ipc: the reference worker's buffers; host: copies into its own)")
     args = ap.parse_args()

@@ -60,14 +60,6 @@ class GymConfig:
     live_baselines: tuple[Literal["eager", "compile"], ...] = ("eager",)
     # torch.compile on the CPU needs a C++ toolchain and ~10 s per problem: off unless asked for.
     cpu_compile_baseline: bool = False
-    # Between timing rounds, move the timed model's parameters and buffers to fresh storage on both sides,
-    # then make one untimed pass (so the next timed pass allocates nothing). Where persistent weights sit in
-    # device memory changes a memory-bound kernel's time by up to ~2% on an H100 (LayerNorm: the process
-    # started later ran 1.5% slower, in either start order; benchmarks/gpu/self_speedup_probe.py), and the
-    # candidate's and the baseline's weights live in different processes. "reclone": copies from the
-    # caching allocator; "fresh": cached memory is given back first (new driver pages; slower absolute
-    # times on some problems); "off": fixed placement.
-    replace_weights: Literal["off", "reclone", "fresh"] = "reclone"
     # L2 flush buffer written before every timed call (MiB).
     l2_flush_mb: int = 256
     # Run the candidate once under torch.profiler (GPU) to measure kernel time coverage and find decoys.

@@ -9,10 +9,7 @@ Timing protocol (one round; rounds repeat until `stats.should_stop` or the run d
   3. the candidate shares the output of the chosen call; the reference worker compares it (a replayed or
      deferred result fails here);
   4. each live baseline (eager by default) times the same R calls on the same buffers in the reference
-     worker's clean process, clocked by the supervisor too (A/B/A/B interleaving);
-  5. both sides move the model's weights to new storage and make one untimed pass over the round's
-     (already seen) sets, so that where the weights happen to sit in memory averages out over the rounds
-     instead of favouring one process (`config.replace_weights`).
+     worker's clean process, clocked by the supervisor too (A/B/A/B interleaving).
 Samples are the defended per-call times (`stats.defended`). Baselines not timed live come from the disk
 cache (`baselines.DiskCache`), measured once per (problem, device, torch version).
 """
@@ -54,18 +51,10 @@ def enabled_baselines(job: Job) -> list[str]:
     return out
 
 
-def _replace(job: Job, seed: int, sets: list[str] | None = None) -> dict[str, Any] | None:
-    """The weights' new placement after this round (config.replace_weights); None when off."""
-    if job.cfg.replace_weights == "off":
-        return None
-    return {"seed": seed, "mode": job.cfg.replace_weights, **({"sets": sets} if sets is not None else {})}
-
-
-def _time_baselines(job: Job, order: list[int], live: list[str], acc: dict[str, Any], rnd: int) -> None:
+def _time_baselines(job: Job, order: list[int], live: list[str], acc: dict[str, Any]) -> None:
     for name in live:
         w0 = time.monotonic()
-        base, _ = ref(job, {"op": "time_baseline", "name": name, "order": order, "warmup": job.cfg.warmup_reps,
-                            "replace": _replace(job, job.timing_seed * 7919 + 2 * rnd)})
+        base, _ = ref(job, {"op": "time_baseline", "name": name, "order": order, "warmup": job.cfg.warmup_reps})
         acc["walls"][name].append((time.monotonic() - w0) * 1e3)
         acc["samples"][name] += defended(base["event_ms"], base["host_ms"], base["overhead_ms"], job.lane.cuda)
         _keep_raw(acc, name, base["event_ms"], base["host_ms"], base["overhead_ms"])
@@ -103,7 +92,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     host = job.lane.transport == "host"
     fresh, fill_blobs = ref(job, {"op": "refresh", "seed": job.timing_seed + rnd, "spot": spot, "host": host})
     if baselines_first:
-        _time_baselines(job, order, live, acc, rnd)
+        _time_baselines(job, order, live, acc)
     w0 = time.monotonic()
     tr, _ = ask(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
                       "fill": fresh.get("fill")}, fill_blobs)
@@ -126,16 +115,12 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
         ev.timed_mismatch = str(shared.get("subclass") or shared.get("bad_output") or shared.get("error"))
         return False
     spot_check, _ = ref(job, {"op": "check_spot", "outputs": shared["outputs"], "seed": job.timing_seed + rnd}, blobs)
-    released, _ = ask(job, {"op": "release", "tags": ["timed"],
-                            "replace": _replace(job, job.timing_seed * 7919 + 2 * rnd + 1, sets)})
-    if not released.get("ok"):
-        job.fail("runtime", str(released.get("error", "the untimed call between rounds failed")))
-        return False
+    ask(job, {"op": "release", "tags": ["timed"]})
     if not spot_check["comparison"]["ok"]:
         ev.timed_mismatch = spot_check["comparison"]["reason"]
         return False
     if not baselines_first:
-        _time_baselines(job, order, live, acc, rnd)
+        _time_baselines(job, order, live, acc)
     return True
 
 

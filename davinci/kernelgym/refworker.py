@@ -40,7 +40,7 @@ from davinci.kernelgym.compare import compare_outputs, flatten_outputs, sample_p
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.sandbox import mark_trusted_process
 from davinci.kernelgym.sol import count_work, measure_ceilings
-from davinci.kernelgym.timing import DeviceTimer, replace_weights
+from davinci.kernelgym.timing import DeviceTimer
 
 
 _WARM_KERNEL = """import triton
@@ -102,8 +102,6 @@ class ProblemState:
         self.sets: list[list[Any]] = []
         self.spot_ref: list[Any] | None = None
         self.warm: set[str] = set()
-        self.first_weights: list[Any] = []  # the model's first storages (see timing.replace_weights)
-        self.spacer: Any = None
 
     def forward(self, fn: Any, values: list[Any]) -> list[Any]:
         out = fn(*values)
@@ -296,14 +294,6 @@ class RefWorker:
         # keep=True as in the candidate's process: the same allocator pattern on both sides of the A/B.
         events, hosts, outs = self.timer.time_calls(fn, st.sets, h["order"], keep=True)
         del outs
-        if h.get("replace"):  # the same new placement and untimed pass as the candidate's (worker.py)
-            st.spacer = None
-            st.spacer = replace_weights(st.model, st.first_weights, int(h["replace"]["seed"]),
-                                        str(h["replace"]["mode"]), self.device)
-            outs = [fn(*values) for values in st.sets]
-            if self.cuda:
-                torch.cuda.synchronize()
-            del outs
         return {"ok": True, "event_ms": events, "host_ms": hosts, "overhead_ms": self.timer.overhead_ms}, []
 
     def op_measure_baseline(self, h: dict, blobs: list) -> tuple[dict, list]:

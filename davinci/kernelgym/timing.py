@@ -23,7 +23,6 @@ On the CPU there are no events: the host time is the measurement.
 from __future__ import annotations
 
 import ctypes
-import random
 import time
 from typing import Any, Callable, Sequence
 
@@ -143,35 +142,3 @@ class DeviceTimer:
             fn(*args)
         if self.cuda:
             self._sync()
-
-
-REPLACE_MODES = ("off", "reclone", "fresh")
-
-
-def replace_weights(module: Any, keep: list[Any], seed: int, mode: str, device: str, spacer_mb: int = 64) -> Any:
-    """Move `module`'s parameters and buffers to fresh storage (same values, strides and dtypes).
-
-    Returns a spacer tensor of a seeded random size, allocated first so the copies land somewhere new;
-    the caller holds it until the next call. `keep` receives the first generation of storages and keeps
-    them alive: a kernel that captured a raw pointer at init still reads valid, identical weights.
-    "fresh" gives the caching allocator's idle memory back to the driver first (GPU only).
-    """
-    if mode not in REPLACE_MODES:
-        raise ValueError(f"unknown replace_weights mode {mode!r}; valid: {', '.join(REPLACE_MODES)}")
-    if mode == "off" or not isinstance(module, torch.nn.Module):
-        return None
-    cuda = device.startswith("cuda")
-    if cuda and mode == "fresh":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-    size = random.Random(seed).randrange(1, spacer_mb + 1) << 20
-    spacer = torch.empty(size if cuda else 1, dtype=torch.uint8, device=device)
-    first = not keep
-    with torch.no_grad():
-        for t in [*module.parameters(), *module.buffers()]:
-            if t.device.type != spacer.device.type:
-                continue
-            if first:
-                keep.append(t.data)
-            t.data = t.data.clone()
-    return spacer

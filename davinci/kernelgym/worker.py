@@ -36,7 +36,7 @@ from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.sandbox import enter_sandbox
-from davinci.kernelgym.timing import DeviceTimer, replace_weights
+from davinci.kernelgym.timing import DeviceTimer
 
 
 # Captured when the zygote imports this module, long before any candidate exists in the process.
@@ -90,8 +90,6 @@ class Harness:
         self.model: Any = None
         self.threads0 = guards.thread_counts()
         self.warmed = False
-        self.first_weights: list[Any] = []  # the model's first storages, kept alive (see replace_weights)
-        self.spacer: Any = None
 
     # --- compile phase ---
     def load(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -194,16 +192,6 @@ class Harness:
         out_blobs: list[Any] = []
         return {"ok": True, "outputs": transport.encode(leaves, self.mode, out_blobs)}, out_blobs
 
-    def _replace_weights(self, r: dict[str, Any]) -> None:
-        """New placement of the model's weights for the next timing round, then one untimed pass over the
-        round's sets (values the candidate has already seen; the next round's are fresh) so the next timed
-        pass finds every block it needs in the allocator's cache."""
-        self.spacer = None
-        self.spacer = replace_weights(self.model, self.first_weights, int(r["seed"]), str(r["mode"]), self.device)
-        outs = [self.model(*self.slots[name]) for name in r["sets"]]
-        self._sync()
-        del outs
-
     def op_release(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         for tag in h.get("tags", []):
             kept = self.kept.pop(tag, None) or []
@@ -211,8 +199,6 @@ class Harness:
                 # Destroy released results so nothing can hand the same memory back as a fresh answer.
                 if isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point:
                     leaf.fill_(float("nan"))
-        if h.get("replace"):
-            self._replace_weights(h["replace"])
         for name in h.get("slots", []):
             self.slots.pop(name, None)
         if self.cuda:
