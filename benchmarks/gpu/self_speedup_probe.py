@@ -19,6 +19,8 @@ each as interleaved rounds (which side goes first drawn per round), and prints m
   native2rp  native2sp, and both also move their model's weights to fresh storage
   ipc2rp     ipc2, with native2rp's new placement every round
   native2qf  native2 with Q allocating its inputs and outputs first (native2: P first)
+  native2pw  native2, then P copies its weights to new storage once (P's weights are now the younger)
+  native2pqw native2, then P and then Q copy their weights (Q's the younger again)
 
 ratio = median(P) / median(Q) (the evaluator's speedup if P were eager and Q the candidate), for the event
 clock and for the host clock minus its calibrated overhead; `1st/2nd` is a side's event median when it
@@ -131,6 +133,12 @@ def _serve(conn: Any, code: str, device: str) -> None:
         elif op == "refresh":
             side.refresh(arg)
             conn.send(None)
+        elif op == "reweights":  # the model's weights copied to newly allocated storage, once
+            with torch.no_grad():
+                for t in [*side.model.parameters(), *side.model.buffers()]:
+                    t.data = t.data.clone()
+            side.warm = False
+            conn.send(None)
         elif op == "replace":
             side.replace(*arg)
             conn.send(None)
@@ -191,7 +199,10 @@ def _ratios(records: list[dict[str, Any]]) -> dict[str, float]:
 MODES = {"inproc": ("P", None, "P", None), "native2": ("P+Q", None, None, None), "nativeref": ("P+Q", None, "P", None),
          "ipc2": ("Q", "P", "P", None), "ipc2own": ("Q", "P", "Q", None), "ipc2sw": ("P", "Q", "P", None),
          "native2sp": ("P+Q", None, None, "spacer"), "native2rp": ("P+Q", None, None, "params"),
-         "ipc2rp": ("Q", "P", "P", "params"), "native2qf": ("Q+P", None, None, None)}
+         "ipc2rp": ("Q", "P", "P", "params"), "native2qf": ("Q+P", None, None, None),
+         "native2pw": ("P+Q", None, None, None), "native2pqw": ("P+Q", None, None, None)}
+# After setup, these copy the weights to new storage once, in this order (the last copy is the youngest).
+REWEIGHT = {"native2pw": "P", "native2pqw": "PQ"}
 
 
 def _setup(mode: str, conns: dict[str, Any], count: int) -> tuple[list[Any], Any]:
@@ -206,6 +217,8 @@ def _setup(mode: str, conns: dict[str, Any], count: int) -> tuple[list[Any], Any
             conns[mapper].send(("adopt", None))
             conns[mapper].send_bytes(blob)
             assert conns[mapper].recv() is None
+    for name in REWEIGHT.get(mode, ""):
+        _call(conns[name], "reweights")
     sides = [("P", conns["P"]), ("Q", conns["P"] if mode == "inproc" else conns["Q"])]
     return sides, conns[refresher] if refresher else None
 
