@@ -112,7 +112,7 @@ def sampled_exact_rate(bb, train, prompts, max_new: int, group: int = 4) -> floa
     return sum(is_exact(train[i // group], o.text) for i, o in enumerate(outs)) / len(outs)
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--set", action="append", default=[], help="profile override key=value")
@@ -120,7 +120,11 @@ def main() -> None:
     parser.add_argument("--json", default="", help="also write the results to this file")
     parser.add_argument("--save", default="", help="save the fine-tuned checkpoint to this folder")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (the model's dtype follows model.dtype)")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     profile = load_profile(args.profile, args.set)
     train, skills, examples, corpus = sft_setup(profile)
     t0 = time.perf_counter()

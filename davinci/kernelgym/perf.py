@@ -56,12 +56,13 @@ def _time_baselines(job: Job, order: list[int], live: list[str], acc: dict[str, 
         w0 = time.monotonic()
         base, _ = ref(job, {"op": "time_baseline", "name": name, "order": order, "warmup": job.cfg.warmup_reps})
         acc["walls"][name].append((time.monotonic() - w0) * 1e3)
-        acc["samples"][name] += defended(base["event_ms"], base["host_ms"], base["overhead_ms"], job.lane.cuda)
-        _keep_raw(acc, name, base["event_ms"], base["host_ms"], base["overhead_ms"])
+        _add_samples(job, acc, name, base["event_ms"], base["host_ms"], base["overhead_ms"])
 
 
-def _keep_raw(acc: dict[str, Any], name: str, events: list[float], hosts: list[float], overhead_ms: float) -> None:
-    """The two clocks behind a program's defended samples (`sources` in the result's details)."""
+def _add_samples(job: Job, acc: dict[str, Any], name: str, events: list[float], hosts: list[float],
+                 overhead_ms: float) -> None:
+    """A program's defended samples, and the two clocks behind them (`sources` in the result's details)."""
+    acc["samples"][name] += defended(events, hosts, overhead_ms, job.lane.cuda)
     raw = acc["raw"].setdefault(name, {"event": [], "host": [], "overhead_ms": 0.0})
     raw["event"] += [float(x) for x in events]
     raw["host"] += [float(x) for x in hosts]
@@ -105,8 +106,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     ev.cand_host_ms += [float(x) for x in tr["host_ms"]]
     ev.cand_after_ms += [float(x) for x in tr.get("after_ms") or []]
     ev.overhead_ms = float(tr.get("overhead_ms", 0.0))
-    acc["samples"]["cand"] += defended(tr["event_ms"], tr["host_ms"], ev.overhead_ms, job.lane.cuda)
-    _keep_raw(acc, "cand", tr["event_ms"], tr["host_ms"], ev.overhead_ms)
+    _add_samples(job, acc, "cand", tr["event_ms"], tr["host_ms"], ev.overhead_ms)
     threads = tr.get("threads") or [0, 0, 0, 0]
     ev.timed_native_thread_growth += max(0, int(threads[3]) - int(threads[1]))
     ev.reused_storage += int(tr.get("reused_storage", 0))
