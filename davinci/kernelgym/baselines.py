@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from davinci.kernelgym.stats import defended, should_stop
+from davinci.kernelgym.stats import defended, launch_allowance, should_stop
 
 
 class DiskCache:
@@ -55,10 +55,11 @@ def measure_program(fn: Callable[..., Any], make_inputs: Callable[[int], Sequenc
     """Time `fn` over rounds of `rotation` fresh input sets until `rule` says stop.
 
     `rule` = {min_reps, max_reps, ci_rel, max_s}. Returns event ms, host ms, the timer overhead and the
-    defended samples (max(event, host - overhead) on the GPU, host on the CPU).
+    defended samples (`stats.defended`, with this program's own host-minus-event gap as the allowance).
     """
     events: list[float] = []
     hosts: list[float] = []
+    launches: list[float] = []
     samples: list[float] = []
     t0 = time.monotonic()
     rnd = 0
@@ -67,11 +68,15 @@ def measure_program(fn: Callable[..., Any], make_inputs: Callable[[int], Sequenc
         if rnd == 0:
             timer.warmup(fn, sets[0], warmup)
             timer.calibrate()
-        ev, ho, _ = timer.time_calls(fn, sets, range(len(sets)), keep=False)
+        after: list[float] = []
+        ev, ho, _ = timer.time_calls(fn, sets, range(len(sets)), keep=False, after=after)
         del sets
         events += ev
         hosts += ho
-        samples += defended(ev, ho, timer.overhead_ms, timer.cuda)
+        launches += [h - a for h, a in zip(ho, after)]
+        # the program is the trusted reference itself: its own host-minus-event gap is its allowance
+        samples = defended(events, hosts, launch_allowance(events, hosts), timer.cuda, launches,
+                           timer.launch_overhead_ms)
         rnd += 1
         if should_stop({"p": samples}, min_reps=rule["min_reps"], max_reps=rule["max_reps"],
                        ci_rel=rule["ci_rel"], elapsed_s=time.monotonic() - t0, max_s=rule["max_s"]):

@@ -58,6 +58,11 @@ class GymConfig:
     rotation_sets: int = 0
     # Baselines timed interleaved with the candidate (A/B/A/B); the others come from the on-disk cache.
     live_baselines: tuple[Literal["eager", "compile"], ...] = ("eager",)
+    # Where live eager is timed: "twin" = a fresh sandboxed process forked like the candidate's and running
+    # the problem's Model through the same harness (both sides of the A/B are the same kind of process);
+    # "reference" = the long-lived reference worker (one process less; its H100 self-speedup was biased
+    # 0.1-0.5% against the candidate, see perf.py).
+    eager_timer: Literal["twin", "reference"] = "twin"
     # torch.compile on the CPU needs a C++ toolchain and ~10 s per problem: off unless asked for.
     cpu_compile_baseline: bool = False
     # L2 flush buffer written before every timed call (MiB).

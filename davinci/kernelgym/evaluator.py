@@ -30,7 +30,8 @@ from davinci.kernelgym.checks import resolve_checks, runtime_findings, static_fi
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import GateBusy
 from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
-                                   cleanup, correctness, derive_seed, describe_exit, gather_evidence, gpu_phase, load_problem,
+                                   cleanup, correctness, derive_seed, describe_exit, fork_twin, gather_evidence, gpu_phase,
+                                   load_problem,
                                    log_tail, ref)
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
@@ -224,6 +225,8 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
     with gpu_phase(job, "shared"):
         job.run_deadline = time.monotonic() + job.cfg.run_timeout_s
         correctness(job)
+        if job.numerics_ok and measure and not job.static and _twin_wanted(job):
+            fork_twin(job)  # the twin's device start overlaps the evidence phase
         if job.numerics_ok:
             gather_evidence(job)
     if not job.numerics_ok:
@@ -233,6 +236,11 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
         with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
             perf.timing(job)
+
+
+def _twin_wanted(job: Job) -> bool:
+    c = job.cfg
+    return c.eager_timer == "twin" and "eager" in c.live_baselines and "eager" in perf.enabled_baselines(job)
 
 
 def _evidence(job: Job):
@@ -276,8 +284,10 @@ def evaluate_on(ev: Evaluator, lane: Lane, problem: Problem, candidate: Candidat
 
 def _finish(lane: Lane, job: Job) -> None:
     try:
-        if job.child is not None:
-            lane.end_child(job.child)
+        for child in (job.child, job.twin):
+            if child is not None:
+                lane.end_child(child)
+        job.twin = None
         if job.lane.ref is not None and job.key in job.lane.problems:
             ref(job, {"op": "drop", "trials": [f"in{t}" for t in range(job.cfg.correctness_trials)], "timing": True,
                       "kept": [f"{p}{t}" for p in "ab" for t in range(job.cfg.correctness_trials)]})
@@ -388,7 +398,9 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                   "l2_reset": str(info.get("l2_reset", ""))},
         details={"sandbox": job.sandbox, "distributions": list(job.cfg.distributions), "failed_dist": job.failed_dist,
                  "timing_rounds": job.perf.get("rounds", 0), "rotation": job.perf.get("rotation", 0),
-                 "timing_sources": job.perf.get("sources", {}),
+                 "timing_sources": job.perf.get("sources", {}), "allowance_ms": job.perf.get("allowance_ms"),
+                 "eager_timer": "twin" if "eager" in job.perf.get("sources", {}) and job.cfg.eager_timer == "twin"
+                 else "reference",
                  "work": job.info.get("work"), "transport_note": lane.transport_note},
     )
 

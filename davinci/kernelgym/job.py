@@ -79,6 +79,7 @@ class Job:
     info: dict[str, Any] = field(default_factory=dict)     # the reference worker's "problem" reply
     init_blobs: list[Any] = field(default_factory=list)
     child: ChildHandle | None = None
+    twin: ChildHandle | None = None                    # the reference twin (perf.py), when eager is timed live
     job_dir: Path | None = None
     run_deadline: float = 0.0
     evidence: Evidence = field(default_factory=Evidence)
@@ -105,11 +106,13 @@ class Job:
 
 # --- talking to the candidate ------------------------------------------------------------------------
 
-def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = None) -> tuple[dict[str, Any], list]:
+def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = None,
+        child: ChildHandle | None = None) -> tuple[dict[str, Any], list]:
     deadline = deadline or job.run_deadline
+    child = child or job.child
     try:
-        job.child.chan.send(header, blobs, deadline)
-        reply, out = job.child.chan.recv(deadline)
+        child.chan.send(header, blobs, deadline)
+        reply, out = child.chan.recv(deadline)
     except ChannelTimeout:
         raise CandidateFailure("timeout", f"no answer to {header['op']!r} before the deadline") from None
     except ChannelClosed as exc:
@@ -303,6 +306,59 @@ def _recv_build(job: Job, deadline: float) -> tuple[dict[str, Any], list]:
         raise CandidateFailure("crash", f"the candidate's process died ({exc})") from None
     except ProtocolError as exc:
         raise CandidateFailure("crash", "malformed reply to the job", channel=str(exc)) from None
+
+
+# --- the reference twin ------------------------------------------------------------------------------
+
+def fork_twin(job: Job) -> None:
+    """Fork the reference twin early, so its device start overlaps the evidence phase (best effort)."""
+    if job.twin is None:
+        try:
+            job.twin = job.lane.fork_child()
+        except WorkerDied:
+            job.twin = None
+
+
+def build_twin(job: Job) -> None:
+    """The twin: a candidate-like process (same fork, sandbox and harness) running the problem's own `Model`
+    under the candidate's init seed. Its code comes in the job message, never from a folder a candidate can
+    write; it marks itself non-dumpable. Any failure is the evaluator's (`WorkerDied`), never the candidate's."""
+    fork_twin(job)
+    if job.twin is None:
+        job.twin = job.lane.fork_child()
+    twin, lane = job.twin, job.lane
+    folder = job.job_dir / "twin"
+    folder.mkdir(parents=True, exist_ok=True)
+    if lane.user:
+        os.chown(folder, *lane.user)
+    deadline = time.monotonic() + max(60.0, job.cfg.compile_timeout_s)
+    secret = os.urandom(32)
+    header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
+              "l2_flush_mb": job.cfg.l2_flush_mb, "init": job.info["init"], "init_seed": job.init_seed,
+              "source": job.code, "module": "reference_twin", "cls": "Model", "twin": True,
+              "log": str(folder / "log.txt"), "env": {"HOME": str(folder), "TMPDIR": str(folder)}}
+    try:
+        ready, _ = twin.chan.recv(deadline)
+        if ready.get("error"):
+            raise WorkerDied(f"the reference twin failed to start: {ready['error'][-500:]}")
+        twin.chan.send(header, job.init_blobs, deadline)
+        twin.chan = Channel(twin.sock, verify_key=secret)
+        reply, _ = twin.chan.recv(deadline)
+    except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
+        raise WorkerDied(f"the reference twin did not start ({exc})") from None
+    if not reply.get("ok"):
+        raise ReferenceFailure(f"the problem's Model failed in the reference twin: {reply.get('error', '')[-1500:]}")
+
+
+def ask_twin(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], list]:
+    """One request to the twin; its failures are the evaluator's or the problem's, never the candidate's."""
+    try:
+        reply, out = ask(job, header, blobs, child=job.twin)
+    except CandidateFailure as f:
+        raise WorkerDied(f"the reference twin failed during {header['op']!r}: {f.message}") from None
+    if not reply.get("ok"):
+        raise ReferenceFailure(f"the problem's Model failed in the reference twin: {str(reply.get('error', ''))[-1500:]}")
+    return reply, out
 
 
 # --- correctness -----------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import tempfile
@@ -47,6 +48,51 @@ def runtime_dir() -> Path:
     fallback = Path(tempfile.mkdtemp(prefix="kernelgym-"))
     os.chmod(fallback, 0o711)
     return fallback
+
+
+def wake(pid: int) -> None:
+    """SIGCONT a process of ours: a candidate (same user) may have stopped it to stall the evaluator."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except OSError:
+        pass
+
+
+def _usable(child: ChildHandle) -> bool:
+    """A warm spare still alive and running (SIGCONT first: a candidate may have stopped it)."""
+    try:
+        proc = psutil.Process(child.pid)
+        proc.send_signal(signal.SIGCONT)
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every descendant of `pid`, read from /proc/<pid>/task/<tid>/children (psutil's full scan where the
+    kernel has no such file)."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):
+        try:
+            return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            todo += kids
+    return out
 
 
 class WorkerDied(RuntimeError):
@@ -200,6 +246,7 @@ class Lane:
     def ref_call(self, header: dict[str, Any], blobs=(), timeout: float | None = None) -> tuple[dict[str, Any], list]:
         """One request to the reference worker; `WorkerDied` (after a restart) if it fails to answer."""
         deadline = time.monotonic() + timeout if timeout else None
+        wake(self.ref.popen.pid)
         try:
             self.ref.chan.send(header, blobs, deadline)
             return self.ref.chan.recv(deadline)
@@ -225,6 +272,7 @@ class Lane:
     def _zygote_call(self, header: dict[str, Any], fd: int | None = None, timeout: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         with self._zlock:
+            wake(self.zygote.popen.pid)
             try:
                 self.zygote.chan.send(header, (), deadline)
                 if fd is not None:
@@ -273,7 +321,10 @@ class Lane:
     def take_child(self) -> ChildHandle:
         if self.zygote is None or self.zygote.popen.poll() is not None:
             self._restart_zygote()
-        child = self.spare if self.spare is not None else self.fork_child()
+        child = self.spare if self.spare is not None and _usable(self.spare) else self.fork_child()
+        if self.spare is not None and child is not self.spare:
+            self.spare.chan.close()  # killed or broken by an earlier candidate: the zygote reaps it on sweep
+            self.live_children.discard(self.spare.pid)
         self.spare = None
         if self.cfg.spare_workers:
             try:
@@ -291,6 +342,34 @@ class Lane:
             reply = {"exited": False}
         self.live_children.discard(child.pid)
         return reply
+
+    def freeze_children(self, keep: set[int]) -> list[psutil.Process]:
+        """SIGSTOP every process below the zygote except `keep` (the reference twin): candidates and whatever
+        they spawned (escaped ones are reparented to the zygote, a subreaper). Walks again until a pass finds
+        nothing new, so a child forked during the walk is caught once its parent is stopped. `thaw` undoes it."""
+        if self.zygote is None:
+            return []
+        stopped: dict[int, psutil.Process] = {}
+        for _ in range(4):
+            found = [pid for pid in _descendants(self.zygote.popen.pid) if pid not in keep and pid not in stopped]
+            if not found:
+                break
+            for pid in found:
+                try:
+                    proc = psutil.Process(pid)
+                    proc.send_signal(signal.SIGSTOP)
+                    stopped[pid] = proc
+                except psutil.Error:
+                    continue
+        return list(stopped.values())
+
+    @staticmethod
+    def thaw(procs: list[psutil.Process]) -> None:
+        for proc in procs:
+            try:
+                proc.send_signal(signal.SIGCONT)  # psutil checks the pid still names the process we stopped
+            except psutil.Error:
+                continue
 
     def sweep(self) -> list[int]:
         keep = sorted(self.live_children)

@@ -13,7 +13,8 @@ marks itself non-dumpable (no same-user ptrace or /proc/<pid>/mem). Requests (on
     rewrite          write a trial's inputs into the candidate's slot again (before a repeated call)
     check            compare the candidate's outputs; compare its input slot with the pristine inputs
     pair             compare two kept candidate outputs (determinism under different poison)
-    timing_setup / refresh / check_spot / time_baseline   the interleaved timing protocol (see job.py)
+    timing_setup / refresh / check_spot / time_baseline   the interleaved timing protocol (see perf.py);
+                     refresh writes the same fresh values into the candidate's and the reference twin's slots
     measure_baseline a standalone baseline measurement (cached on disk by the supervisor)
     ceilings         measured copy bandwidth and matmul FLOP rates (sol.py)
     warm_triton      build Triton's driver utilities into a template cache (GPU)
@@ -100,6 +101,7 @@ class ProblemState:
         self.trials: dict[str, dict[str, Any]] = {}
         self.kept: dict[str, list[Any]] = {}
         self.sets: list[list[Any]] = []
+        self.twin_sets: list[list[Any]] = []
         self.spot_ref: list[Any] | None = None
         self.warm: set[str] = set()
 
@@ -240,7 +242,7 @@ class RefWorker:
             for name in h.get("kept", []):
                 st.kept.pop(name, None)
             if h.get("timing"):
-                st.sets, st.spot_ref = [], None
+                st.sets, st.twin_sets, st.spot_ref = [], [], None
         if self.cuda:
             torch.cuda.synchronize()
             release_cached_memory()
@@ -252,7 +254,13 @@ class RefWorker:
             st.sets = [self._decode(d, []) for d in h["sets"]]
         else:
             st.sets = [[] for _ in range(int(h["count"]))]
-        return {"ok": True}, []
+        # ipc + twin: the twin's own slots, written with the same values as the candidate's every round
+        st.twin_sets = [self._decode(d, []) for d in h["twin_sets"]] if h.get("twin_sets") is not None else []
+        if not self.calibrated:
+            self.timer.calibrate()
+            self.calibrated = True
+        return {"ok": True, "overhead_ms": self.timer.overhead_ms,
+                "launch_overhead_ms": self.timer.launch_overhead_ms}, []
 
     def op_refresh(self, h: dict, blobs: list) -> tuple[dict, list]:
         st = self._state(h["key"])
@@ -266,6 +274,8 @@ class RefWorker:
                 fills.append(transport.encode(values, "host", out_blobs))
             else:
                 self._write(st.sets[j], values)
+                if st.twin_sets:
+                    self._write(st.twin_sets[j], values)
             del values
         st.spot_ref = st.forward(st.model, st.sets[int(h["spot"])])
         return {"ok": True, "fill": fills if host else None}, out_blobs
@@ -292,9 +302,11 @@ class RefWorker:
             self.timer.calibrate()
             self.calibrated = True
         # keep=True as in the candidate's process: the same allocator pattern on both sides of the A/B.
-        events, hosts, outs = self.timer.time_calls(fn, st.sets, h["order"], keep=True)
+        after: list[float] = []
+        events, hosts, outs = self.timer.time_calls(fn, st.sets, h["order"], keep=True, after=after)
         del outs
-        return {"ok": True, "event_ms": events, "host_ms": hosts, "overhead_ms": self.timer.overhead_ms}, []
+        return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after,
+                "overhead_ms": self.timer.overhead_ms}, []
 
     def op_measure_baseline(self, h: dict, blobs: list) -> tuple[dict, list]:
         st = self._state(h["key"])

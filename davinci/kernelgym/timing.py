@@ -9,9 +9,10 @@ Per timed call (GPU):
   outside the timed region: write the L2 flush buffer, reset the persisting-L2 carve-out
   (cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 0) + cudaCtxResetPersistingL2Cache), synchronize;
   timed: host t0, start event, fn(*args), host t_ret, end event, device-wide synchronize, host t1.
-Both the event time and the host time (which includes work on every stream, because the synchronize is
-device-wide) are reported; the supervisor defends the number as max(event, host - overhead), where
-`overhead` is the same loop's cost around a no-op. `after` (t1 - t_ret) is the part of the host time spent
+The event time, the host time (which includes work on every stream, because the synchronize is
+device-wide) and the host time until the call returned are reported; the supervisor defends the number as
+the longest of the event time, the launch path and the host time beyond the reference's own host-minus-event
+gap (`stats.defended`). `after` (t1 - t_ret) is the part of the host time spent
 after the call returned: with every kernel on the timed stream it is at most the event time plus the
 synchronize's latency, so a large `after` means work still running elsewhere (side streams, threads) and is
 flagged. The host time before the return is the call's own launch cost (Python, launchers): it counts in
@@ -75,6 +76,7 @@ class DeviceTimer:
         self.cuda = device.startswith("cuda")
         self._perf = time.perf_counter
         self.overhead_ms = 0.0
+        self.launch_overhead_ms = 0.0
         self.l2_reset = "n/a"
         if self.cuda:
             self._sync = torch.cuda.synchronize
@@ -110,13 +112,17 @@ class DeviceTimer:
         return float(self._elapsed(start, end)), (h1 - h0) * 1e3, (h1 - h_ret) * 1e3, out
 
     def calibrate(self, reps: int = 15) -> float:
-        """Median host-minus-event time of the loop around a no-op: the loop's own cost on the host clock."""
-        gaps = []
+        """Median host-minus-event time of the loop around a no-op (the loop's own cost on the host clock),
+        and the median host time from the loop's start to the no-op's return (`launch_overhead_ms`)."""
+        gaps, launches = [], []
         for _ in range(reps):
-            ev, host, _, _ = self._one(lambda: None, ())
+            ev, host, after, _ = self._one(lambda: None, ())
             gaps.append(host - ev)
+            launches.append(host - after)
         gaps.sort()
+        launches.sort()
         self.overhead_ms = gaps[len(gaps) // 2] if self.cuda else 0.0
+        self.launch_overhead_ms = launches[len(launches) // 2] if self.cuda else 0.0
         return self.overhead_ms
 
     def time_calls(self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], order: Sequence[int],

@@ -28,6 +28,7 @@ import os
 import sys
 import time
 import traceback
+import types
 from typing import Any
 
 import torch
@@ -35,7 +36,7 @@ import torch
 from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
-from davinci.kernelgym.sandbox import enter_sandbox
+from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
 from davinci.kernelgym.timing import DeviceTimer
 
 
@@ -65,8 +66,26 @@ def _check_leaves(leaves: list[Any], device: str) -> dict[str, str] | None:
     return None
 
 
+def _import_module(job: dict[str, Any]) -> Any:
+    """The job's module: from `path` (a candidate), or from `source` sent in the job (the reference twin's
+    trusted code, never read from a folder a candidate can write)."""
+    if job.get("source") is not None:
+        module = types.ModuleType(job["module"])
+        module.__file__ = f"<{job['module']}>"
+        sys.modules[job["module"]] = module
+        exec(compile(job["source"], module.__file__, "exec"), module.__dict__)
+        return module
+    spec = importlib.util.spec_from_file_location(job["module"], job["path"])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[job["module"]] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 class Harness:
     def __init__(self, sock: Any, job: dict[str, Any], blobs: list[Any], sandbox: dict[str, bool]) -> None:
+        if job.get("twin"):
+            mark_trusted_process()  # the reference twin: no same-user ptrace or /proc/<pid>/mem from a candidate
         self.device = job["device"]
         self.cuda = self.device.startswith("cuda")
         # Inference only, set once (not per call) so the candidate's calls cost what the baseline's cost.
@@ -100,16 +119,14 @@ class Harness:
         os.close(log)
         faulthandler.enable()
         t0 = self._perf()
+        cls_name = str(job.get("cls", "ModelNew"))
         try:
-            spec = importlib.util.spec_from_file_location(job["module"], job["path"])
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[job["module"]] = module
-            spec.loader.exec_module(module)
+            module = _import_module(job)
             if job.get("prebuild"):
                 return {"ok": True, "import_s": self._perf() - t0}
-            cls = getattr(module, "ModelNew", None)
+            cls = getattr(module, cls_name, None)
             if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
-                return {"ok": False, "error": "the candidate defines no class ModelNew(nn.Module)"}
+                return {"ok": False, "error": f"the candidate defines no class {cls_name}(nn.Module)"}
             torch.manual_seed(int(job["init_seed"]))
             model = cls(*self.init_args)
             self.model = model.to(self.device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from davinci.kernelgym.stats import defended, median_ci_rel, ratio_ci, should_stop, summarize
+from davinci.kernelgym.stats import defended, launch_allowance, median_ci_rel, ratio_ci, should_stop, summarize
 
 
 def test_summary_brackets_the_median_and_is_seeded():
@@ -34,17 +34,43 @@ def test_stop_rule_needs_tight_medians_or_a_cap():
 
 
 def test_defended_time_counts_work_the_events_missed():
-    # event 1 ms, host 5 ms with 0.1 ms loop overhead: a side stream ran ~4 ms past the end event
+    # event 1 ms, host 5 ms, the reference's own host-minus-event gap 0.1 ms: ~3.9 ms ran outside the events
     assert defended([1.0], [5.0], 0.1, cuda=True) == [pytest.approx(4.9)]
+    # within the reference's own gap: the events measure the call
     assert defended([1.0], [1.05], 0.1, cuda=True) == [1.0]
     assert defended([0.0], [3.0], 0.1, cuda=False) == [3.0]
 
 
-def test_timing_sources_report_both_clocks_and_the_host_bound_share():
+def test_defended_time_charges_a_launch_path_longer_than_the_kernel():
+    # a 5 us kernel behind 40 us of Python (launch path 0.045 ms, the timer's own share 0.005 ms): 0.040 ms;
+    # the host span (0.070) minus the reference's gap (0.060) says less, the events far less
+    assert defended([0.005], [0.070], 0.060, True, launches=[0.045], launch_overhead_ms=0.005) == [pytest.approx(0.040)]
+    # a 4 ms kernel whose launch path is 0.03 ms: the events stand, the host's jitter does not count
+    assert defended([4.0], [4.055], 0.060, True, launches=[0.030], launch_overhead_ms=0.005) == [4.0]
+
+
+def test_launch_allowance_is_the_median_gap():
+    assert launch_allowance([1.0, 2.0, 3.0], [1.05, 2.2, 3.1]) == pytest.approx(0.1)
+    assert launch_allowance([1.0, 2.0], [1.1, 2.3]) == pytest.approx(0.2)  # even count: mean of the middle two
+    assert launch_allowance([], []) == 0.0
+
+
+def test_a_candidate_cannot_widen_its_own_allowance():
+    # the allowance comes from the trusted eager's calls; a candidate spending 2 ms on the CPU before its
+    # 1 ms kernel is charged the 2 ms whatever its own gaps look like
+    allowance = launch_allowance([1.0] * 5, [1.06] * 5)
+    assert defended([1.0] * 3, [3.06] * 3, allowance, True) == [pytest.approx(3.0)] * 3
+
+
+def test_timing_sources_report_the_clocks_and_the_host_bound_share():
     from davinci.kernelgym.perf import timing_sources
 
-    raw = {"cand": {"event": [1.0, 2.0, 3.0], "host": [1.5, 2.0, 3.6], "overhead_ms": 0.2},
-           "eager": {"event": [], "host": [], "overhead_ms": 0.0}}
-    got = timing_sources(raw)
-    # host - overhead: 1.3 > 1.0, 1.8 < 2.0, 3.4 > 3.0 -> two of three calls were host-bound
-    assert got == {"cand": {"event_ms": 2.0, "host_ms": 2.0, "overhead_ms": 0.2, "host_bound": pytest.approx(2 / 3)}}
+    raw = {"cand": {"event": [1.0, 2.0, 3.0], "host": [1.5, 2.0, 3.6], "launch": [0.1, 2.5, 0.1], "overhead_ms": 0.2},
+           "eager": {"event": [], "host": [], "launch": [], "overhead_ms": 0.0}}
+    got = timing_sources(raw, allowance_ms=0.2, launch_overhead_ms=0.05)
+    # host - allowance: 1.3 > 1.0, 1.8 < 2.0 (but launch 2.45 > 2.0), 3.4 > 3.0: every call was host-bound
+    assert got == {"cand": {"event_ms": 2.0, "host_ms": 2.0, "launch_ms": 0.1, "overhead_ms": 0.2,
+                            "allowance_ms": 0.2, "host_bound": pytest.approx(1.0)}}
+    got = timing_sources(raw, allowance_ms=0.55, launch_overhead_ms=1.0)
+    # host - 0.55: 0.95 < 1.0, 1.45 < 2.0, 3.05 > 3.0; launch - 1.0 never exceeds the events: one of three
+    assert got["cand"]["host_bound"] == pytest.approx(1 / 3)
