@@ -218,6 +218,7 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
     load_problem(job)
     acquire_build_lock(job)  # evaluations of the same code take turns on its build folder (see there)
     job.child = job.lane.take_child()
+    job.defer_profile = measure and not job.static  # it will be timed: keep the profiler out until then
     build(job)
     if not job.compiled:
         return

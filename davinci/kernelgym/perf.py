@@ -31,7 +31,8 @@ import time
 from typing import Any
 
 from davinci.kernelgym.baselines import DiskCache, cache_key
-from davinci.kernelgym.job import CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, ref
+from davinci.kernelgym.job import (CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, profile_pass, ref,
+                                   wants_profile)
 from davinci.kernelgym.lane import wake
 from davinci.kernelgym.sol import roofline_violation, sol_percent
 from davinci.kernelgym.stats import defended, launch_allowance, should_stop
@@ -215,6 +216,8 @@ def timing(job: Job) -> None:
                 break
             if time.monotonic() + 2 * took > job.run_deadline:
                 break
+        if rnd and job.defer_profile and job.lane.cuda and wants_profile(job):
+            profile_pass(job, sets[0])  # after every timed call: see job.profile_pass
     finally:
         job.evidence.timing_rounds = rnd
         if rnd == 0:
