@@ -5,6 +5,10 @@ in parallel (each imports torch once); afterwards a candidate process costs one 
 `spare_workers` the lane keeps one forked, device-initialised child waiting, so a new evaluation starts
 without waiting for process start or CUDA context creation.
 
+Candidates run as the evaluator's user under CUDA IPC, so they can signal its processes: `freeze_children`
+stops every process below the zygote but the reference twin while a baseline is timed, and `wake` sends
+SIGCONT to the reference worker, the zygote and a warm spare before each use.
+
 Failures are typed: `WorkerDied` (the reference worker or zygote is gone: the lane restarts it and the
 evaluation in flight is reported as an internal error), channel errors of a candidate (its verdict).
 """

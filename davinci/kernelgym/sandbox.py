@@ -4,7 +4,8 @@ Process layout per evaluation lane (one lane per GPU, or `workers` lanes on the 
 
     supervisor (the caller) ──socket── reference worker   (trusted: problem, inputs, reference, verdicts)
               └──socket── zygote (torch + triton imported, CUDA untouched; a child subreaper)
-                              └── fork ──> candidate process, one per candidate (plus one warm spare)
+                              └── fork ──> candidate process, one per candidate (plus one warm spare),
+                                           and the reference twin of an evaluation that times eager live
 
 Candidate processes are forked from the zygote (10-30 ms instead of a 3 s `import torch`) and then enter
 the sandbox (`enter_sandbox`, in the child, before any candidate code exists in the process):

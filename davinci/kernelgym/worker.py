@@ -15,6 +15,10 @@ installs the Triton launch recorder; the key stays inside an `hmac` object. Then
     integrity  identities, global flags and threads now vs. before the import
     bye     exit (os._exit: no atexit hooks, no buffered output)
 
+The reference twin runs this same harness on the problem's own `Model` (job fields `source`, `cls`, `twin`:
+the code comes in the message, the process marks itself non-dumpable), so live eager is timed in the same
+kind of process as the candidate (perf.py).
+
 Nothing verdict-critical is decided here: outputs are compared and timings bounded in the supervisor and
 the reference worker. The candidate's stdout/stderr go to the job's log file (read only for feedback).
 """
