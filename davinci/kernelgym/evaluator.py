@@ -31,8 +31,7 @@ from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import GateBusy
 from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
                                    cleanup, correctness, derive_seed, describe_exit, fork_twin, gather_evidence, gpu_phase,
-                                   load_problem,
-                                   log_tail, ref)
+                                   load_problem, log_tail, ref)
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
 from davinci.kernelgym.result import EvalResult
@@ -400,8 +399,7 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
         details={"sandbox": job.sandbox, "distributions": list(job.cfg.distributions), "failed_dist": job.failed_dist,
                  "timing_rounds": job.perf.get("rounds", 0), "rotation": job.perf.get("rotation", 0),
                  "timing_sources": job.perf.get("sources", {}), "allowance_ms": job.perf.get("allowance_ms"),
-                 "eager_timer": "twin" if "eager" in job.perf.get("sources", {}) and job.cfg.eager_timer == "twin"
-                 else "reference",
+                 "eager_timer": job.perf.get("eager_timer"),
                  "work": job.info.get("work"), "transport_note": lane.transport_note},
     )
 

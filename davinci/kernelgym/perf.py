@@ -80,10 +80,11 @@ def _time_baselines(job: Job, sets: list[str], order: list[int], fill: tuple[Any
             if name == "eager" and job.twin is not None:
                 base, _ = ask_twin(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
                                          "fill": fill[0]}, fill[1])
+                acc["walls"][name].append((time.monotonic() - w0) * 1e3)  # the same request as the candidate's
                 ask_twin(job, {"op": "release", "tags": ["timed"]})
             else:
                 base, _ = ref(job, {"op": "time_baseline", "name": name, "order": order, "warmup": job.cfg.warmup_reps})
-            acc["walls"][name].append((time.monotonic() - w0) * 1e3)
+                acc["walls"][name].append((time.monotonic() - w0) * 1e3)
             _add_raw(acc, name, base)
     finally:
         job.lane.thaw(frozen)
@@ -220,10 +221,11 @@ def timing(job: Job) -> None:
             profile_pass(job, sets[0])  # after every timed call: see job.profile_pass
     finally:
         job.evidence.timing_rounds = rnd
-        if rnd == 0:
-            acc["samples"] = {k: [] for k in acc["samples"]}  # a failed first round defends nothing
         job.perf = {"samples": acc["samples"], "walls": acc["walls"], "rounds": rnd, "rotation": r,
-                    "sources": timing_sources(acc["raw"], acc["allowance_ms"], acc["ref_launch_ms"]), "allowance_ms": acc["allowance_ms"]}
+                    "sources": timing_sources(acc["raw"], acc["allowance_ms"], acc["ref_launch_ms"]),
+                    "allowance_ms": acc["allowance_ms"],
+                    # where live eager ran: the twin, the reference worker, or nowhere (cached)
+                    "eager_timer": ("twin" if job.twin else "reference") if "eager" in live else None}
         try:
             ask(job, {"op": "release", "slots": sets})
         except Exception:
