@@ -4,7 +4,8 @@ The CPU test suite (tests/kernelgym/test_hacks.py) holds every cheat the Triton 
 This script holds the ones that need a GPU: side streams (torch and a raw cudaStreamNonBlocking),
 stale memory from the caching allocator, L2 persistence (persisting carve-out + access-policy window),
 a CUDA decoy kernel (built with load_inline, never launched), TF32 dot products in an fp32 problem,
-illegal memory accesses (Triton and CUDA), timer patching, pointer-keyed result replay and a late thread,
+illegal memory accesses (Triton and CUDA), timer patching, pointer-keyed result replay, a late thread, and
+work queued on the GPU right before the baseline is timed (the harness hooked to spin after its timed calls),
 plus honest Triton and CUDA (load_inline) candidates. Each runs under the "strict" preset (acceptance:
 not correct or flagged) and the "runtime" preset (no static checks: what the structural defences alone
 catch). After the illegal accesses an honest candidate must still pass (the evaluator keeps serving).
@@ -177,6 +178,24 @@ class ModelNew(nn.Module):
         return c
 """
 
+QUEUE_BEFORE_BASELINE = """
+
+import sys as _sys
+_harness = _sys.modules["davinci.kernelgym.worker"].Harness
+_op_time = _harness.op_time
+
+
+def _op_time_then_spin(self, h, blobs):
+    reply = _op_time(self, h, blobs)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(400_000_000)
+    return reply
+
+
+_harness.op_time = _op_time_then_spin
+"""
+
 # name -> (problem kind, source, expectation, runs on the CPU interpreter)
 CANDIDATES: dict[str, tuple[str, str, str, bool]] = {
     "honest_triton_relu": ("relu", triton_candidate("        return relu(x)\n"), "correct", True),
@@ -205,6 +224,10 @@ CANDIDATES: dict[str, tuple[str, str, str, bool]] = {
     "replay_by_data_ptr": ("relu", triton_candidate(
         "        k = x.data_ptr()\n        if k not in self.cache:\n            self.cache[k] = relu(x)\n"
         "        return self.cache[k]\n"), "mismatch or result_replay", True),
+    # after its own timed calls return, queue ~0.2 s of spinning on a side stream: frozen, the candidate's
+    # process launches nothing more, but the queued kernel would time-slice with the baseline's calls
+    "queue_before_baseline": ("relu", triton_candidate("        return relu(x)\n") + QUEUE_BEFORE_BASELINE,
+                              "flag: gpu_not_idle (runtime) / static", False),
     "late_thread": ("relu", "import threading\n" + triton_candidate(
         "        out = torch.empty_like(x)\n        threading.Thread(target=lambda: out.copy_(relu(x))).start()\n"
         "        return out\n"), "flag: threads / mismatch", True),

@@ -79,15 +79,35 @@ def _time_baselines(job: Job, sets: list[str], order: list[int], fill: tuple[Any
             w0 = time.monotonic()
             if name == "eager" and job.twin is not None:
                 base, _ = ask_twin(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
-                                         "fill": fill[0]}, fill[1])
+                                         "fill": fill[0], "canary_limit_ms": canary_limit(job)}, fill[1])
                 acc["walls"][name].append((time.monotonic() - w0) * 1e3)  # the same request as the candidate's
                 ask_twin(job, {"op": "release", "tags": ["timed"]})
             else:
-                base, _ = ref(job, {"op": "time_baseline", "name": name, "order": order, "warmup": job.cfg.warmup_reps})
+                base, _ = ref(job, {"op": "time_baseline", "name": name, "order": order, "warmup": job.cfg.warmup_reps,
+                                    "canary_limit_ms": canary_limit(job)})
                 acc["walls"][name].append((time.monotonic() - w0) * 1e3)
+            _note_busy(job, name, base)
             _add_raw(acc, name, base)
     finally:
         job.lane.thaw(frozen)
+
+
+def canary_limit(job: Job) -> float | None:
+    """The idle probe's limit before a timed program: 3x its time at lane start plus 0.5 ms (None on the CPU).
+    A context time-slicing with ours delays every probe by a slice (milliseconds)."""
+    base = float(job.lane.info.get("canary_ms") or 0.0)
+    return 3.0 * base + 0.5 if job.lane.cuda and base > 0 else None
+
+
+def _note_busy(job: Job, name: str, reply: dict[str, Any]) -> None:
+    """Record a baseline timed while the GPU was not ours: every candidate process was frozen, so the work
+    was queued before the freeze (or comes from outside the evaluator); its samples would be inflated."""
+    limit = canary_limit(job)
+    ms = float(reply.get("canary_ms") or 0.0)
+    if limit is not None and ms > limit and job.evidence.gpu_busy is None:
+        job.evidence.gpu_busy = (f"before timing {name}, with every candidate process stopped, a 0.1 ms probe "
+                                 f"kernel took {ms:.2f} ms (limit {limit:.2f} ms, {reply.get('canary_probes')} "
+                                 "probes): other work held the GPU")
 
 
 def _add_raw(acc: dict[str, Any], name: str, reply: dict[str, Any]) -> None:
@@ -143,8 +163,10 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     if baselines_first:
         _time_baselines(job, sets, order, fill, live, acc)
     w0 = time.monotonic()
+    # the same idle probe as the baselines get, so both sides start from the same GPU state (its value,
+    # from the candidate's own process, is not trusted and not used)
     tr, _ = ask(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
-                      "fill": fill[0]}, fill[1])
+                      "fill": fill[0], "canary_limit_ms": canary_limit(job)}, fill[1])
     acc["walls"]["cand"].append((time.monotonic() - w0) * 1e3)
     if not tr.get("ok"):
         job.fail("runtime", str(tr.get("error", "timed call failed")))

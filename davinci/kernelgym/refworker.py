@@ -158,6 +158,8 @@ class RefWorker:
         except Exception:
             info["triton"] = "unavailable"
         info["l2_reset"] = self.timer.l2_reset
+        # the idle probe's time on this GPU with no candidate alive yet: the reference for "GPU not idle"
+        info["canary_ms"] = self.timer.canary_ms(reps=7) if self.cuda else 0.0
         return {"ok": True, **info}, []
 
     def op_problem(self, h: dict, blobs: list) -> tuple[dict, list]:
@@ -301,12 +303,13 @@ class RefWorker:
         if not self.calibrated:
             self.timer.calibrate()
             self.calibrated = True
+        idle = self.timer.wait_idle(float(h["canary_limit_ms"])) if h.get("canary_limit_ms") else (0.0, 0)
         # keep=True as in the candidate's process: the same allocator pattern on both sides of the A/B.
         after: list[float] = []
         events, hosts, outs = self.timer.time_calls(fn, st.sets, h["order"], keep=True, after=after)
         del outs
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after,
-                "overhead_ms": self.timer.overhead_ms}, []
+                "overhead_ms": self.timer.overhead_ms, "canary_ms": idle[0], "canary_probes": idle[1]}, []
 
     def op_measure_baseline(self, h: dict, blobs: list) -> tuple[dict, list]:
         st = self._state(h["key"])

@@ -68,6 +68,10 @@ def _persisting_l2_resetter() -> tuple[Callable[[], None] | None, str]:
     return None, "unavailable"
 
 
+# One spinning block for ~0.1 ms at H100 clocks: the idle probe run before a program is timed.
+CANARY_CYCLES = 200_000
+
+
 class DeviceTimer:
     """Times calls on one device (see the module docstring). `device` is "cpu" or "cuda[:i]"."""
 
@@ -83,6 +87,7 @@ class DeviceTimer:
             self._Event = torch.cuda.Event
             self._record = torch.cuda.Event.record
             self._elapsed = torch.cuda.Event.elapsed_time
+            self._spin = torch.cuda._sleep
             self._flush_buf = torch.empty(max(1, flush_mb) << 20, dtype=torch.uint8, device=device)
             self._reset_l2, self.l2_reset = _persisting_l2_resetter()
 
@@ -124,6 +129,28 @@ class DeviceTimer:
         self.overhead_ms = gaps[len(gaps) // 2] if self.cuda else 0.0
         self.launch_overhead_ms = launches[len(launches) // 2] if self.cuda else 0.0
         return self.overhead_ms
+
+    def canary_ms(self, cycles: int = CANARY_CYCLES, reps: int = 3) -> float:
+        """Host ms, launch to device-wide sync, of the fastest of `reps` spin kernels of `cycles` clocks (0 on
+        the CPU). While another process's kernels occupy the GPU, contexts time-slice and every rep waits."""
+        if not self.cuda:
+            return 0.0
+        best = float("inf")
+        for _ in range(max(1, reps)):
+            self._sync()
+            h0 = self._perf()
+            self._spin(cycles)
+            self._sync()
+            best = min(best, (self._perf() - h0) * 1e3)
+        return best
+
+    def wait_idle(self, limit_ms: float, budget_s: float = 0.2) -> tuple[float, int]:
+        """Probe (`canary_ms`) until it is within `limit_ms` or `budget_s` has passed: (last ms, probes)."""
+        t_end, tries = self._perf() + budget_s, 0
+        while True:
+            ms, tries = self.canary_ms(), tries + 1
+            if ms <= limit_ms or self._perf() >= t_end:
+                return ms, tries
 
     def time_calls(self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], order: Sequence[int],
                    keep: bool = True, after: list[float] | None = None) -> tuple[list[float], list[float], list[Any]]:

@@ -191,6 +191,7 @@ class Harness:
         for slot, descs in zip(sets, h.get("fill") or []):
             self._fill(slot, descs, blobs)
         self.kept.pop("timed", None)
+        idle = self.timer.wait_idle(float(h["canary_limit_ms"])) if h.get("canary_limit_ms") else (0.0, 0)
         call = self.model  # the same call the reference worker times for the baselines
         if not self.warmed:
             self.timer.warmup(call, sets[0], int(h.get("warmup", 2)))
@@ -203,7 +204,8 @@ class Harness:
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
         self.kept["timed"] = leaves  # type: ignore[assignment]
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
-                "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()]}, []
+                "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()],
+                "canary_ms": idle[0], "canary_probes": idle[1]}, []
 
     def op_share(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         leaves = self.kept[h["tag"]][int(h["index"])] if h["tag"] == "timed" else self.kept[h["tag"]]

@@ -155,3 +155,27 @@ def test_decoy_kernel_needs_a_forward_that_returned():
     assert runtime_findings(("decoy_kernel",), ev) == []
     ev.forwards_returned = 2  # it returned twice without launching its kernel: a decoy
     assert [f.check for f in runtime_findings(("decoy_kernel",), ev)] == ["decoy_kernel"]
+
+
+def test_gpu_not_idle_reports_the_probe_of_a_busy_gpu():
+    from davinci.kernelgym.checks.runtime import gpu_not_idle
+
+    assert gpu_not_idle(Evidence()) is None
+    assert gpu_not_idle(Evidence(gpu_busy="probe took 2.00 ms")) == "probe took 2.00 ms"
+
+
+def test_busy_probe_is_recorded_only_past_its_limit():
+    from types import SimpleNamespace
+
+    from davinci.kernelgym.perf import _note_busy, canary_limit
+
+    def job(canary_ms: float, cuda: bool = True):
+        return SimpleNamespace(lane=SimpleNamespace(info={"canary_ms": canary_ms}, cuda=cuda), evidence=Evidence())
+
+    j = job(0.15)
+    assert canary_limit(j) == pytest.approx(0.95)  # 3 x 0.15 + 0.5
+    _note_busy(j, "eager", {"canary_ms": 0.9, "canary_probes": 1})
+    assert j.evidence.gpu_busy is None
+    _note_busy(j, "eager", {"canary_ms": 2.0, "canary_probes": 40})
+    assert "2.00 ms" in j.evidence.gpu_busy and "limit 0.95 ms" in j.evidence.gpu_busy
+    assert canary_limit(job(0.15, cuda=False)) is None and canary_limit(job(0.0)) is None

@@ -2,9 +2,10 @@
 it flags or None. Registered in `RUNTIME_CHECKS` by name.
 
 Where the evidence comes from (and who could forge it):
-- trusted side (reference worker / supervisor; the candidate cannot touch it): input mutation,
-  nondeterminism under different poison, wrong outputs of timed calls (replay), the supervisor's wall
-  clock around every timing round, the roofline, malformed or unauthenticated frames;
+- trusted side (reference worker / supervisor / reference twin; the candidate cannot touch it): input
+  mutation, nondeterminism under different poison, wrong outputs of timed calls (replay), the supervisor's
+  wall clock around every timing round, the roofline, malformed or unauthenticated frames, the idle probe
+  before every baseline is timed;
 - the harness inside the candidate's process (captured before the import; defence in depth): output
   types, function identities, global flags, thread counts, Triton launches, profiler kernel names,
   event vs host time of every call.
@@ -47,6 +48,7 @@ class Evidence:
     roofline: str | None = None
     channel: str | None = None
     timing_rounds: int = 0
+    gpu_busy: str | None = None                 # a baseline's idle probe found the GPU held by other work
 
 
 RUNTIME_CHECKS: Registry[Callable[[Evidence], str | None]] = Registry("runtime check")
@@ -138,6 +140,14 @@ def timing_escape(ev: Evidence) -> str | None:
     if waited - ev_med > max(0.5 * ev_med, 0.05):
         return f"{clock} {waited:.3f} ms vs events {ev_med:.3f} ms: work ran outside the timed stream"
     return None
+
+
+@RUNTIME_CHECKS.register("gpu_not_idle")
+def gpu_not_idle(ev: Evidence) -> str | None:
+    """The GPU was busy while a baseline was timed although every candidate process was stopped: work the
+    candidate queued before the freeze (a long kernel on a side stream after its own timed calls) would slow
+    the baseline and inflate the speedup. Checked by a probe kernel in the process timing the baseline."""
+    return ev.gpu_busy
 
 
 @RUNTIME_CHECKS.register("wall_clock_mismatch")
