@@ -5,7 +5,7 @@ This script holds the ones that need a GPU: side streams (torch and a raw cudaSt
 stale memory from the caching allocator, L2 persistence (persisting carve-out + access-policy window),
 a CUDA decoy kernel (built with load_inline, never launched), TF32 dot products in an fp32 problem,
 illegal memory accesses (Triton and CUDA), timer patching, pointer-keyed result replay, a late thread, and
-work queued on the GPU right before the baseline is timed (the harness hooked to spin after its timed calls),
+work queued on the GPU right before the baseline is timed (the harness hooked to spin after each release),
 plus honest Triton and CUDA (load_inline) candidates. Each runs under the "strict" preset (acceptance:
 not correct or flagged) and the "runtime" preset (no static checks: what the structural defences alone
 catch). After the illegal accesses an honest candidate must still pass (the evaluator keeps serving).
@@ -182,18 +182,22 @@ QUEUE_BEFORE_BASELINE = """
 
 import sys as _sys
 _harness = _sys.modules["davinci.kernelgym.worker"].Harness
-_op_time = _harness.op_time
+_op_release = _harness.op_release
 
 
-def _op_time_then_spin(self, h, blobs):
-    reply = _op_time(self, h, blobs)
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(400_000_000)
+def _release_then_spin(self, h, blobs):
+    reply = _op_release(self, h, blobs)  # it synchronizes the device: spin after it, on a side stream
+    if "timed" in h.get("tags", []):
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            a = torch.ones(8192, 8192, device="cuda")
+            b = torch.empty_like(a)
+            for _ in range(24):  # ~0.5 s of full-GPU matmuls
+                torch.mm(a, a, out=b)
     return reply
 
 
-_harness.op_time = _op_time_then_spin
+_harness.op_release = _release_then_spin
 """
 
 # name -> (problem kind, source, expectation, runs on the CPU interpreter)
@@ -224,8 +228,9 @@ CANDIDATES: dict[str, tuple[str, str, str, bool]] = {
     "replay_by_data_ptr": ("relu", triton_candidate(
         "        k = x.data_ptr()\n        if k not in self.cache:\n            self.cache[k] = relu(x)\n"
         "        return self.cache[k]\n"), "mismatch or result_replay", True),
-    # after its own timed calls return, queue ~0.2 s of spinning on a side stream: frozen, the candidate's
-    # process launches nothing more, but the queued kernel would time-slice with the baseline's calls
+    # after its timed output is released (the last request before a baseline may be timed), queue ~0.5 s of
+    # full-GPU matmuls on a side stream: frozen, the process launches nothing more, but the queued kernels
+    # time-slice with the baseline's calls
     "queue_before_baseline": ("relu", triton_candidate("        return relu(x)\n") + QUEUE_BEFORE_BASELINE,
                               "flag: gpu_not_idle (runtime) / static", False),
     "late_thread": ("relu", "import threading\n" + triton_candidate(
