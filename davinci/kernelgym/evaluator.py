@@ -225,7 +225,7 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
     with gpu_phase(job, "shared"):
         job.run_deadline = time.monotonic() + job.cfg.run_timeout_s
         correctness(job)
-        if job.numerics_ok and measure and not job.static and _twin_wanted(job):
+        if job.numerics_ok and measure and not job.static and perf.twin_wanted(job):
             fork_twin(job)  # the twin's device start overlaps the evidence phase
         if job.numerics_ok:
             gather_evidence(job)
@@ -236,11 +236,6 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
         with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
             perf.timing(job)
-
-
-def _twin_wanted(job: Job) -> bool:
-    c = job.cfg
-    return c.eager_timer == "twin" and "eager" in c.live_baselines and "eager" in perf.enabled_baselines(job)
 
 
 def _evidence(job: Job):

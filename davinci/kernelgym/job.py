@@ -324,8 +324,7 @@ def build_twin(job: Job) -> None:
     """The twin: a candidate-like process (same fork, sandbox and harness) running the problem's own `Model`
     under the candidate's init seed. Its code comes in the job message, never from a folder a candidate can
     write; it marks itself non-dumpable. Any failure is the evaluator's (`WorkerDied`), never the candidate's."""
-    fork_twin(job)
-    if job.twin is None:
+    if job.twin is None:  # not forked early (`fork_twin`), or that fork failed
         job.twin = job.lane.fork_child()
     twin, lane = job.twin, job.lane
     folder = job.job_dir / "twin"

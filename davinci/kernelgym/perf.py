@@ -67,6 +67,16 @@ def enabled_baselines(job: Job) -> list[str]:
     return out
 
 
+def live_baselines(job: Job) -> list[str]:
+    """The enabled baselines timed interleaved with the candidate (the rest come from the disk cache)."""
+    return [b for b in enabled_baselines(job) if b in job.cfg.live_baselines]
+
+
+def twin_wanted(job: Job) -> bool:
+    """Whether live eager is timed in a reference twin (`GymConfig.eager_timer`)."""
+    return job.cfg.eager_timer == "twin" and "eager" in live_baselines(job)
+
+
 def _time_baselines(job: Job, sets: list[str], order: list[int], fill: tuple[Any, list], live: list[str],
                     acc: dict[str, Any]) -> None:
     """Time each live baseline over this round's sets, every candidate process frozen meanwhile (it can
@@ -197,8 +207,8 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
 
 def _setup(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[str, Any]]:
     """Input sets in the candidate (and the twin), registered with the reference worker; the accumulator."""
-    live = [b for b in enabled_baselines(job) if b in job.cfg.live_baselines]
-    if "eager" in live and job.cfg.eager_timer == "twin":
+    live = live_baselines(job)
+    if twin_wanted(job):
         build_twin(job)
     r = rotation_count(job, sides=2 if job.twin else 1)
     sets = [f"t{j}" for j in range(r)]

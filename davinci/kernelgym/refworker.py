@@ -303,7 +303,7 @@ class RefWorker:
         if not self.calibrated:
             self.timer.calibrate()
             self.calibrated = True
-        idle = self.timer.wait_idle(float(h["canary_limit_ms"])) if h.get("canary_limit_ms") else (0.0, 0)
+        idle = self.timer.wait_idle(h.get("canary_limit_ms"))
         # keep=True as in the candidate's process: the same allocator pattern on both sides of the A/B.
         after: list[float] = []
         events, hosts, outs = self.timer.time_calls(fn, st.sets, h["order"], keep=True, after=after)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Sequence
 
 import numpy as np
@@ -78,11 +79,8 @@ def launch_allowance(events: Sequence[float], hosts: Sequence[float]) -> float:
     Python and launch path before the first kernel, the wake-up from the synchronize. Measured on the
     reference program in the same evaluation, it is the allowance every program gets in `defended`.
     """
-    gaps = sorted(float(h) - float(e) for e, h in zip(events, hosts))
-    if not gaps:
-        return 0.0
-    n = len(gaps)
-    return gaps[n // 2] if n % 2 else (gaps[n // 2 - 1] + gaps[n // 2]) / 2
+    gaps = [float(h) - float(e) for e, h in zip(events, hosts)]
+    return statistics.median(gaps) if gaps else 0.0
 
 
 def defended(events: Sequence[float], hosts: Sequence[float], allowance_ms: float, cuda: bool,

@@ -144,8 +144,11 @@ class DeviceTimer:
             best = min(best, (self._perf() - h0) * 1e3)
         return best
 
-    def wait_idle(self, limit_ms: float, budget_s: float = 0.2) -> tuple[float, int]:
-        """Probe (`canary_ms`) until it is within `limit_ms` or `budget_s` has passed: (last ms, probes)."""
+    def wait_idle(self, limit_ms: float | None, budget_s: float = 0.2) -> tuple[float, int]:
+        """Probe (`canary_ms`) until it is within `limit_ms` or `budget_s` has passed: (last ms, probes).
+        No limit (the CPU, or no probe asked for): no probe, (0.0, 0)."""
+        if limit_ms is None:
+            return 0.0, 0
         t_end, tries = self._perf() + budget_s, 0
         while True:
             ms, tries = self.canary_ms(), tries + 1

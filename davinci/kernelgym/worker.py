@@ -191,7 +191,7 @@ class Harness:
         for slot, descs in zip(sets, h.get("fill") or []):
             self._fill(slot, descs, blobs)
         self.kept.pop("timed", None)
-        idle = self.timer.wait_idle(float(h["canary_limit_ms"])) if h.get("canary_limit_ms") else (0.0, 0)
+        idle = self.timer.wait_idle(h.get("canary_limit_ms"))
         call = self.model  # the same call the reference worker times for the baselines
         if not self.warmed:
             self.timer.warmup(call, sets[0], int(h.get("warmup", 2)))
