@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.gpu.kernelgym_common import (Clock, config, load_level_problem, log, reference_as_candidate,  # noqa: E402
                                              small_overrides, table, write_json)
 from davinci.kernelgym import Evaluator  # noqa: E402
+from davinci.kernelgym.checks.runtime import RUNTIME_CHECKS  # noqa: E402
 
 PROBLEMS = ["1", "19", "23", "36", "40", "47", "63", "89", "100"]
 ANCHOR = {"wall_median_s": 77.0, "wall_min_s": 5.6, "wall_max_s": 94.0, "self_median": 1.00, "self_min": 0.986,
@@ -43,7 +44,9 @@ def run(args: argparse.Namespace) -> dict:
               if args.device == "cuda" else dict(timing_min_reps=5, timing_max_s=1.0))
     # --production: the runtime checks and the profiled forward (torch.profiler in the candidate's process
     # before timing) that evaluations run with; the static checks would flag the torch-only reference.
-    checks = {"checks": "runtime", "profile_coverage": True} if args.production else {"checks": "none",
+    # (torch_compute and no_kernel_launched flag the torch-only reference by design: left out here)
+    runtime = ",".join(n for n in RUNTIME_CHECKS.names() if n not in ("torch_compute", "no_kernel_launched"))
+    checks = {"checks": runtime, "profile_coverage": True} if args.production else {"checks": "none",
                                                                                       "profile_coverage": False}
     cfg = config(args.device, baselines=("eager",), live_baselines=("eager",), eager_timer=args.eager_timer,
                  run_timeout_s=300.0, transport=args.transport, **checks, **timing)

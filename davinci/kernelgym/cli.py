@@ -15,6 +15,7 @@ from dataclasses import replace
 from davinci.kernelgym.backend import detect_backend
 from davinci.kernelgym.batch import evaluate
 from davinci.kernelgym.config import GymConfig
+from davinci.kernelgym.isolation import summary as isolation_summary
 from davinci.kernelgym.problem import load_problem_file, read_source
 from davinci.kernelgym.result import EvalResult
 from davinci.types import Candidate
@@ -29,6 +30,10 @@ def _human(r: EvalResult) -> str:
                      (f"   vs torch.compile: {r.speedup_compile:.3g}x" if r.speedup_compile else ""))
     if r.flags:
         lines.append("flags: " + ", ".join(r.flags))
+    iso = isolation_summary(r.details.get("sandbox"))
+    if iso["held"] or iso["missing"]:
+        lines.append(f"isolation: held {', '.join(iso['held']) or 'none'}"
+                     + (f"; missing {', '.join(iso['missing'])}" if iso["missing"] else ""))
     lines.append("")
     lines.append(r.feedback)
     return "\n".join(lines)
@@ -46,7 +51,9 @@ def eval_command(problem_path: str, candidate_path: str, device: str = "auto", t
         cfg = replace(cfg, compile_timeout_s=float(timeout), run_timeout_s=float(timeout))
     result = evaluate(problem, candidate, cfg)
     if as_json:
-        print(json.dumps(result.to_dict(), indent=None, default=str))
+        out = result.to_dict()
+        out["isolation"] = isolation_summary(result.details.get("sandbox"))  # which sandbox layers held
+        print(json.dumps(out, indent=None, default=str))
     else:
         print(_human(result))
     return 0

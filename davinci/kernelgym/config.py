@@ -76,8 +76,12 @@ class GymConfig:
     # Run the candidate as this user when the evaluator runs as root, the transport is "host" (CUDA IPC needs
     # the same user) and this user can read the Python installation. "" = never switch user.
     sandbox_user: str = "nobody"
-    # New network namespace for the candidate (needs root; silently skipped otherwise).
+    # New network namespace for the candidate (root, or an unprivileged user namespace where the kernel
+    # allows one; `details.sandbox` says whether it held).
     network_isolation: bool = True
+    # Refuse to evaluate unless every layer in isolation.REQUIRED holds (probed once per evaluator, before
+    # any candidate runs); the error names the missing layers and the fix. On for the GPU profiles.
+    require_isolation: bool = False
     # Address-space limit of the candidate on the CPU (GiB; never applied with CUDA, which maps huge VA).
     cpu_memory_limit_gb: float = 8.0
     # Torch intra-op threads in the CPU workers (candidate and reference alike, for fair CPU timings).

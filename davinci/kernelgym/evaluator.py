@@ -26,12 +26,15 @@ from davinci.kernelgym import feedback as fb
 from davinci.kernelgym import perf
 from davinci.kernelgym.backend import detect_backend
 from davinci.kernelgym.baselines import DiskCache, cache_key
-from davinci.kernelgym.checks import resolve_checks, runtime_findings, static_findings
+from davinci.kernelgym.checks.runtime import runtime_backend
+from davinci.kernelgym.checks import ADVISORY, resolve_checks, runtime_findings, static_findings
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import GateBusy
+from davinci.errors import DavinciError
 from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
                                    cleanup, correctness, derive_seed, describe_exit, fork_twin, gather_evidence, gpu_phase,
-                                   load_problem, log_tail, ref)
+                                   load_problem, log_tail, probe_isolation, ref, account_pass)
+from davinci.kernelgym.isolation import REQUIRED
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
 from davinci.kernelgym.result import EvalResult
@@ -88,6 +91,10 @@ def resolve_cache_dir(cache_dir: str) -> Path:
     return (Path(home) / ".davinci" if home else Path.cwd() / ".davinci").resolve() / "kernelgym"
 
 
+class IsolationMissing(DavinciError):
+    """`gym.require_isolation` is on and a sandbox layer does not hold on this machine."""
+
+
 class Evaluator:
     def __init__(self, config: GymConfig) -> None:
         self.cfg = config
@@ -98,6 +105,7 @@ class Evaluator:
         self.cache = DiskCache(self.cache_root)
         self.secret = os.environ.get("DAVINCI_GYM_SECRET") or os.urandom(16).hex()
         self.lanes: list[Lane] = []
+        self.layers: dict[str, Any] = {}   # the sandbox layers that held in the isolation probe
         self._free: queue.Queue[Lane] = queue.Queue()
         self._lock = threading.Lock()
 
@@ -140,10 +148,24 @@ class Evaluator:
                     lane.close()
                     self.lanes.remove(lane)
                 raise WorkerDied(f"could not start an evaluation lane: {errors[0]}")
+            if new and not self.layers:
+                self.layers = probe_isolation(new[0])
+                self._check_isolation()
             for lane in new:
                 if lane.transport == "ipc" and self.cfg.transport == "auto":
                     self._probe_ipc(lane)
                 self._free.put(lane)
+
+    def _check_isolation(self) -> None:
+        """`require_isolation`: every layer of isolation.REQUIRED held in the probe, or a clear error now."""
+        missing = [layer for layer in REQUIRED if not self.layers.get(layer)]
+        if self.cfg.require_isolation and missing:
+            reasons = "; ".join(f"{k}: {v}" for k, v in (self.layers.get("errors") or {}).items())
+            raise IsolationMissing(
+                f"the candidate sandbox is missing layers {', '.join(missing)}" + (f" ({reasons})" if reasons else ""),
+                "run the evaluator as root (a container's root needs CAP_SYS_ADMIN, e.g. docker --cap-add SYS_ADMIN "
+                "--security-opt seccomp=unconfined), or allow unprivileged user namespaces for the namespace layers; "
+                "or accept the missing layers with --set gym.require_isolation=false")
 
     def _probe_ipc(self, lane: Lane) -> None:
         """Evaluate a tiny known-good program over CUDA IPC; on failure the lane falls back to host copies."""
@@ -209,7 +231,9 @@ def make_job(ev: Evaluator, lane: Lane, problem: Problem, candidate: Candidate, 
 
 
 def _run(ev: Evaluator, job: Job, measure: bool) -> None:
-    job.static = static_findings(job.checks, job.candidate.code, job.problem.code, job.backend)
+    found = static_findings(job.checks, job.candidate.code, job.problem.code, job.backend)
+    job.static = [f for f in found if f.check not in ADVISORY]
+    job.advice = [f for f in found if f.check in ADVISORY]  # feedback only (checks/__init__.ADVISORY)
     if job.backend.backend == "cuda" and not job.lane.cuda:
         job.fail("needs_gpu", "this candidate builds CUDA kernels (load_inline); it needs a GPU. On the CPU only "
                               "Triton candidates run (interpreter)")
@@ -232,10 +256,31 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
     if not job.numerics_ok:
         return
     pre = runtime_findings(job.checks, _evidence(job))
-    if measure and not job.static and not pre:
+    _accounting(job)  # before timing: a candidate that hangs when timed is still accounted for
+    if measure and not job.static and not pre and job.error_kind is None and not job.evidence.torch_compute:
         with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
-            perf.timing(job)
+            _timing(job)
+        if job.perf.get("rounds") and not job.timing_incomplete:
+            _accounting(job)  # and after: the last call the candidate sees is accounted for too
+
+
+def _accounting(job: Job) -> None:
+    if job.error_kind is None and job.numerics_ok and "torch_compute" in job.checks and not job.evidence.torch_compute:
+        with gpu_phase(job, "shared"):
+            job.run_deadline = max(job.run_deadline, time.monotonic() + min(60.0, job.cfg.run_timeout_s))
+            account_pass(job)
+
+
+def _timing(job: Job) -> None:
+    """perf.timing; a candidate whose correctness held but whose timing ran out of time stays correct, with
+    its timing marked incomplete (`details.timing_incomplete`), never a timeout verdict."""
+    try:
+        perf.timing(job)
+    except CandidateFailure as f:
+        if f.kind != "timeout":
+            raise
+        job.timing_incomplete = f.message
 
 
 def _evidence(job: Job):
@@ -356,7 +401,10 @@ def _safe_timing(ev: Evaluator, job: Job, notes: list[str]) -> dict[str, Any]:
 
 
 def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
-    notes: list[str] = []
+    notes: list[str] = [f"advice ({f.check}): {f.reason}" for f in job.advice]
+    if job.timing_incomplete:
+        notes.append(f"note: timing ran out before it finished ({job.timing_incomplete}); the speedup is from the "
+                     "rounds that completed, if any")
     timing = _safe_timing(ev, job, notes)
     flags: dict[str, str] = {}
     for f in job.static + runtime_findings(job.checks, _evidence(job)):
@@ -378,8 +426,8 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
     eager, comp = speedups.get("eager", (None, None)), speedups.get("compile", (None, None))
     worst = job.failure or job.worst
     return EvalResult(
-        problem_id=job.problem.id, candidate_hash=job.candidate.code_hash, backend=job.backend.backend,
-        compiled=job.compiled, correct=correct, numerics_ok=job.numerics_ok, flags=tuple(flags), error_kind=kind,
+        problem_id=job.problem.id, candidate_hash=job.candidate.code_hash,
+        backend=runtime_backend(job.evidence, job.backend.backend), compiled=job.compiled, correct=correct, numerics_ok=job.numerics_ok, flags=tuple(flags), error_kind=kind,
         error=error, feedback=text, device=str(info.get("device", lane.device)),
         timing_label="cuda" if lane.cuda else "cpu", level=job.problem.level, flag_reasons=flags,
         trials_passed=job.trials_passed, trials_run=job.trials_run,
@@ -394,7 +442,9 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
         details={"sandbox": job.sandbox, "distributions": list(job.cfg.distributions), "failed_dist": job.failed_dist,
                  "timing_rounds": job.perf.get("rounds", 0), "rotation": job.perf.get("rotation", 0),
                  "timing_sources": job.perf.get("sources", {}), "allowance_ms": job.perf.get("allowance_ms"),
-                 "eager_timer": job.perf.get("eager_timer"),
+                 "eager_timer": job.perf.get("eager_timer"), "timing_incomplete": job.timing_incomplete or None,
+                 "wall_floor_ratios": [round(r, 3) for r in job.evidence.wall_floor_ratios],
+                 "advice": {f.check: f.reason for f in job.advice},
                  "work": job.info.get("work"), "transport_note": lane.transport_note},
     )
 

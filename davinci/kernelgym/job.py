@@ -85,6 +85,8 @@ class Job:
     run_deadline: float = 0.0
     evidence: Evidence = field(default_factory=Evidence)
     static: list[Finding] = field(default_factory=list)
+    advice: list[Finding] = field(default_factory=list)   # static findings shown as feedback, never flags
+    timing_incomplete: str = ""                            # timing ran out after correctness held
     compiled: bool = False
     numerics_ok: bool = False
     trials_run: int = 0
@@ -224,8 +226,16 @@ def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]
     if lane.arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = lane.arch_list
     paths = {"path": str(path), "log": str(job_dir / "log.txt"), "env": env,
-             "module": f"candidate_{candidate.code_hash}"}
+             "module": f"candidate_{candidate.code_hash}", "confine": confine_paths(lane, [job_dir, build_dir])}
     return job_dir, paths
+
+
+def confine_paths(lane: Lane, writable: list[Path]) -> dict[str, Any]:
+    """What stage 2 of the sandbox (isolation.confine) needs: the only folders the process may write, the
+    evaluator's state folders to hide (every lane's jobs and every build), and the user to switch to."""
+    hide = sorted({str(lane.build_root.parent), str(getattr(lane, "cache_root", lane.build_root.parent))})
+    user = lane.cfg.sandbox_user if lane.user else ""
+    return {"writable": [str(w) for w in writable], "hide": hide, "user": user}
 
 
 def release_build_dir(lane: Lane, candidate: Candidate) -> None:
@@ -277,6 +287,7 @@ def build(job: Job) -> None:
         if child.ready.get("error"):
             raise WorkerDied(f"candidate process failed to initialise: {child.ready['error'][-500:]}")
         job.sandbox = child.ready.get("sandbox", {})
+        child.inner = int(child.ready.get("pid") or child.pid)
         secret = os.urandom(32)
         header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
                   "l2_flush_mb": cfg.l2_flush_mb, "init": job.info["init"], "init_seed": job.init_seed, **paths}
@@ -292,6 +303,7 @@ def build(job: Job) -> None:
         f.kind = "compile" if f.kind == "crash" else f.kind
         f.message = f"{f.message} (while importing the candidate / building ModelNew)"
         raise
+    job.sandbox = dict(reply.get("sandbox") or job.sandbox)  # both stages (isolation.confine ran in the load)
     if reply.get("ok"):
         job.compiled = True
     else:
@@ -336,9 +348,11 @@ def build_twin(job: Job) -> None:
     header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
               "l2_flush_mb": job.cfg.l2_flush_mb, "init": job.info["init"], "init_seed": job.init_seed,
               "source": job.code, "module": "reference_twin", "cls": "Model", "twin": True,
-              "log": str(folder / "log.txt"), "env": {"HOME": str(folder), "TMPDIR": str(folder)}}
+              "log": str(folder / "log.txt"), "env": {"HOME": str(folder), "TMPDIR": str(folder)},
+              "confine": confine_paths(lane, [folder])}
     try:
         ready, _ = twin.chan.recv(deadline)
+        twin.inner = int(ready.get("pid") or twin.pid)
         if ready.get("error"):
             raise WorkerDied(f"the reference twin failed to start: {ready['error'][-500:]}")
         twin.chan.send(header, job.init_blobs, deadline)
@@ -348,6 +362,36 @@ def build_twin(job: Job) -> None:
         raise WorkerDied(f"the reference twin did not start ({exc})") from None
     if not reply.get("ok"):
         raise ReferenceFailure(f"the problem's Model failed in the reference twin: {reply.get('error', '')[-1500:]}")
+
+
+def probe_isolation(lane: Lane) -> dict[str, Any]:
+    """Which sandbox layers hold on this lane: a fresh candidate process goes through both sandbox stages
+    with a scratch folder and reports, running no candidate code."""
+    child = lane.fork_child()
+    folder = lane.root / "jobs" / f"probe-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    if lane.user:
+        os.chown(folder, *lane.user)
+    deadline = time.monotonic() + START_PROBE_S
+    secret = os.urandom(32)
+    try:
+        ready, _ = child.chan.recv(deadline)
+        if ready.get("error"):
+            raise WorkerDied(f"the isolation probe failed to start: {ready['error'][-500:]}")
+        child.chan.send({"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
+                         "init": [], "init_seed": 0, "probe": True, "log": str(folder / "log.txt"),
+                         "confine": confine_paths(lane, [folder])}, (), deadline)
+        child.chan = Channel(child.sock, verify_key=secret)
+        reply, _ = child.chan.recv(deadline)
+    except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
+        raise WorkerDied(f"the isolation probe did not answer ({exc})") from None
+    finally:
+        lane.end_child(child)
+        shutil.rmtree(folder, ignore_errors=True)
+    return dict(reply.get("sandbox") or {})
+
+
+START_PROBE_S = 120.0
 
 
 def ask_twin(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], list]:
@@ -363,11 +407,13 @@ def ask_twin(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any]
 
 # --- correctness -----------------------------------------------------------------------------------------
 
-def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs: list) -> dict[str, Any] | None:
+def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs: list,
+              account: bool = False) -> dict[str, Any] | None:
     """One candidate call + trusted check; returns the check reply, or None after recording a failure."""
     if fill is None:  # ipc: the reference worker (re)writes the slot in place
         ref(job, {"op": "rewrite", "name": slot})
-    reply, blobs = ask(job, {"op": "run", "slot": slot, "tag": tag, "poison": poison, "fill": fill}, fill_blobs)
+    reply, blobs = ask(job, {"op": "run", "slot": slot, "tag": tag, "poison": poison, "fill": fill,
+                             "account": account}, fill_blobs)
     ev = reply.get("evidence") or {}
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
@@ -423,6 +469,28 @@ def _trial(job: Job, t: int) -> bool:
     ref(job, {"op": "drop", "trials": [slot], "kept": tags})
     ask(job, {"op": "release", "tags": tags, "slots": [slot]})
     return ok
+
+
+def account_pass(job: Job) -> None:
+    """One more forward on fresh inputs with every large PyTorch result poisoned (accounting.py), checked
+    by the reference worker: a mismatch means PyTorch, not the candidate's kernels, computed the answer.
+    Runs after timing, so the candidate has already seen every call it will see."""
+    slot, tag, t = "acct", "acct", job.cfg.correctness_trials
+    alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
+    if not alloc.get("ok"):
+        return
+    seed = derive_seed(job.trial_seeds[0], "account")
+    trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": seed, "dist": "native",
+                                  "targets": alloc.get("descs")})
+    saved = (job.error_kind, job.error)
+    check = _run_once(job, slot, tag, POISON[0], trial.get("fill"), fill_blobs, account=True)
+    if check is None:  # the forward failed only because PyTorch's results were poisoned: the same evidence
+        job.error_kind, job.error = saved
+        job.evidence.torch_compute = "the forward failed once PyTorch's own results were poisoned"
+    elif not check["comparison"]["ok"]:
+        job.evidence.torch_compute = f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
+    ref(job, {"op": "drop", "trials": [slot], "kept": [tag]})
+    ask(job, {"op": "release", "tags": [tag], "slots": [slot]})
 
 
 def wants_profile(job: Job) -> bool:

@@ -110,6 +110,11 @@ class ChildHandle:
     chan: Channel
     ready: dict[str, Any] | None = None
     started: float = field(default_factory=time.monotonic)
+    inner: int | None = None    # the process running the harness (below `pid`, the waiter, in its PID namespace)
+
+    @property
+    def pids(self) -> set[int]:
+        return {self.pid} | ({self.inner} if self.inner else set())
 
 
 @dataclass
@@ -146,7 +151,9 @@ class Lane:
         self.arch_list = arch_list
         self._zlock = threading.Lock()
         # CUDA IPC needs the candidate under our own user; pre-builds run nvcc, kept under our user too.
-        self.user = resolve_user(cfg.sandbox_user) if not prebuild and (not self.cuda or cfg.transport == "host") else None
+        # The candidate's own user (a switched-user candidate keeps CUDA IPC on the H100: the Evaluator's IPC
+        # probe falls back to host copies where a driver refuses it). Pre-builds run nvcc under our user.
+        self.user = resolve_user(cfg.sandbox_user) if not prebuild else None
         # A switched-user candidate must be able to reach its folders: they live in a traversable runtime
         # folder; otherwise under the cache folder.
         self.cache_root = cache_root

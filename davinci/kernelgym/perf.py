@@ -81,9 +81,10 @@ def _time_baselines(job: Job, sets: list[str], order: list[int], fill: tuple[Any
                     acc: dict[str, Any]) -> None:
     """Time each live baseline over this round's sets, every candidate process frozen meanwhile (it can
     neither launch work nor signal the process being timed)."""
-    frozen = job.lane.freeze_children(keep={job.twin.pid} if job.twin else set())
+    frozen = job.lane.freeze_children(keep=job.twin.pids if job.twin else set())
     if job.twin is not None:
-        wake(job.twin.pid)  # a candidate may have stopped the twin just before it was frozen itself
+        for pid in job.twin.pids:
+            wake(pid)  # a candidate may have stopped the twin just before it was frozen itself
     try:
         for name in live:
             w0 = time.monotonic()
@@ -133,13 +134,47 @@ def _add_raw(acc: dict[str, Any], name: str, reply: dict[str, Any]) -> None:
 
 def _defend_all(job: Job, acc: dict[str, Any]) -> None:
     """Every program's defended samples under one allowance: the trusted eager baseline's median
-    host-minus-event gap, or, with no live eager, the reference worker's calibrated loop overhead."""
+    host-minus-event gap, or, with no live eager, the reference worker's calibrated loop overhead; then
+    the supervisor's wall-clock floor of every round (`wall_floor`)."""
     eager = acc["raw"].get("eager")
     allowance = launch_allowance(eager["event"], eager["host"]) if eager and eager["event"] else acc["ref_overhead_ms"]
     acc["allowance_ms"] = allowance
     for name, r in acc["raw"].items():
         acc["samples"][name] = defended(r["event"], r["host"], allowance, job.lane.cuda, r["launch"],
                                         acc["ref_launch_ms"])
+    if job.twin is not None and acc["samples"].get("eager"):
+        acc["samples"]["cand"], ratios = wall_floor(acc["samples"]["cand"], acc["walls"]["cand"],
+                                                    acc["samples"]["eager"], acc["walls"]["eager"], acc["rotation"])
+        job.evidence.wall_floor_ratios = ratios
+
+
+# The floor's slack for honest jitter of the host-side harness work: a fixed part and a share of the twin's gap.
+WALL_SLACK_MS, WALL_SLACK_REL = 0.2, 0.1
+
+
+def wall_floor(cand: list[float], cand_walls: list[float], twin: list[float], twin_walls: list[float],
+               per_round: int) -> tuple[list[float], list[float]]:
+    """Raise each round's candidate samples to what the supervisor's clock allows; returns them and, per
+    round, floor / reported mean (above 1: the clock caught a time reported too low).
+
+    Round i of each side is one timed request of `per_round` calls, clocked by the supervisor from sending
+    it to receiving its reply (inputs, outputs and every call inside). The twin runs the same harness on the
+    problem's own Model, so its wall minus its reported total is the harness's own cost (the gap). Whatever
+    the candidate's process does to its timer, its calls cannot have taken less than
+    (its wall - the twin's gap - slack) / per_round: work moved before or after the timed calls, a timer that
+    lies, a result finished when the outputs leave, all stay inside its wall. Shapes: cand, twin [rounds*R].
+    """
+    out, ratios = list(cand), []
+    rounds = min(len(cand_walls), len(twin_walls), len(cand) // max(1, per_round), len(twin) // max(1, per_round))
+    for i in range(rounds):
+        lo, hi = i * per_round, (i + 1) * per_round
+        gap = twin_walls[i] - sum(twin[lo:hi])
+        floor = (cand_walls[i] - gap - WALL_SLACK_MS - WALL_SLACK_REL * max(0.0, gap)) / per_round
+        mean = sum(cand[lo:hi]) / per_round
+        ratios.append(floor / mean if mean > 0 else float("inf"))
+        if mean > 0 and floor > mean:
+            out[lo:hi] = [x * floor / mean for x in cand[lo:hi]]
+    return out, ratios
 
 
 def timing_sources(raw: dict[str, Any], allowance_ms: float = 0.0, launch_overhead_ms: float = 0.0) -> dict[str, dict[str, float]]:
@@ -168,15 +203,17 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     temperature) and the refresh work before the round cannot favour one side.
     """
     host = job.lane.transport == "host"
-    fresh, fill_blobs = ref(job, {"op": "refresh", "seed": job.timing_seed + rnd, "spot": spot, "host": host})
+    dist = job.cfg.distributions[rnd % len(job.cfg.distributions)]  # timed outputs are checked on each of them
+    fresh, fill_blobs = ref(job, {"op": "refresh", "seed": job.timing_seed + rnd, "spot": spot, "host": host,
+                                  "dist": dist})
     fill = (fresh.get("fill"), fill_blobs)
     if baselines_first:
         _time_baselines(job, sets, order, fill, live, acc)
     w0 = time.monotonic()
     # the same idle probe as the baselines get, so both sides start from the same GPU state (its value,
     # from the candidate's own process, is not trusted and not used)
-    tr, _ = ask(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
-                      "fill": fill[0], "canary_limit_ms": canary_limit(job)}, fill[1])
+    tr, tr_blobs = ask(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
+                             "fill": fill[0], "canary_limit_ms": canary_limit(job)}, fill[1])
     acc["walls"]["cand"].append((time.monotonic() - w0) * 1e3)
     if not tr.get("ok"):
         job.fail("runtime", str(tr.get("error", "timed call failed")))
@@ -190,11 +227,12 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     threads = tr.get("threads") or [0, 0, 0, 0]
     ev.timed_native_thread_growth += max(0, int(threads[3]) - int(threads[1]))
     ev.reused_storage += int(tr.get("reused_storage", 0))
-    shared, blobs = ask(job, {"op": "share", "tag": "timed", "index": order.index(spot)})
-    if not shared.get("ok"):
-        ev.timed_mismatch = str(shared.get("subclass") or shared.get("bad_output") or shared.get("error"))
+    outputs = tr.get("outputs") or []
+    if len(outputs) != len(order):
+        ev.timed_mismatch = "the timed request did not return every call's output"
         return False
-    spot_check, _ = ref(job, {"op": "check_spot", "outputs": shared["outputs"], "seed": job.timing_seed + rnd}, blobs)
+    spot_check, _ = ref(job, {"op": "check_spot", "outputs": outputs[order.index(spot)], "seed": job.timing_seed + rnd},
+                        tr_blobs)
     ask(job, {"op": "release", "tags": ["timed"]})
     if not spot_check["comparison"]["ok"]:
         ev.timed_mismatch = spot_check["comparison"]["reason"]
@@ -225,9 +263,25 @@ def _setup(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[str
     setup, _ = ref(job, {"op": "timing_setup", "sets": descs["sets"] if ipc else None,
                          "twin_sets": descs.get("twin_sets") if ipc else None, "count": r})
     acc: dict[str, Any] = {"samples": {"cand": [], **{b: [] for b in live}}, "walls": {"cand": [], **{b: [] for b in live}},
-                           "raw": {}, "ref_overhead_ms": float(setup.get("overhead_ms", 0.0)),
+                           "raw": {}, "ref_overhead_ms": float(setup.get("overhead_ms", 0.0)), "rotation": r,
                            "ref_launch_ms": float(setup.get("launch_overhead_ms", 0.0)), "allowance_ms": 0.0}
+    _warm(job, sets, sides)
     return sets, live, acc
+
+
+def _warm(job: Job, sets: list[str], sides: list[Any]) -> None:
+    """Warm-up calls of each timed process on inputs of their own (a refresh no round uses), so every timed
+    request holds only timed calls: the wall-clock floor then compares like with like."""
+    host = job.lane.transport == "host"
+    fresh, blobs = ref(job, {"op": "refresh", "seed": job.timing_seed + WARM_SEED, "spot": 0, "host": host})
+    for call, _ in sides:
+        reply, _ = call(job, {"op": "warm", "sets": sets, "fill": fresh.get("fill"), "warmup": job.cfg.warmup_reps},
+                        blobs)
+        if not reply.get("ok"):
+            raise CandidateFailure("runtime", str(reply.get("error", "warm-up call failed")))
+
+
+WARM_SEED = 1 << 20
 
 
 def timing(job: Job) -> None:

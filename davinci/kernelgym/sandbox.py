@@ -128,23 +128,6 @@ def _close_fds_except(keep: set[int]) -> None:
                 pass
 
 
-def _drop_capabilities() -> bool:
-    """Clear effective, permitted and inheritable capability sets (capset, version 3)."""
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-    try:
-        libc = _libc()
-        for cap in range(64):
-            libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (fails harmlessly past the last cap)
-        return libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 def _set_limits(opts: dict[str, Any]) -> None:
     limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, int(opts.get("fsize_bytes", 4 << 30)))]
     if opts.get("nproc"):
@@ -160,11 +143,17 @@ def _set_limits(opts: dict[str, Any]) -> None:
             pass
 
 
-def enter_sandbox(channel_fd: int, opts: dict[str, Any], parent_pid: int) -> dict[str, bool]:
-    """Confine the current (forked) process; returns which measures took effect."""
-    applied: dict[str, bool] = {}
+def enter_sandbox(channel_fd: int, opts: dict[str, Any], parent_pid: int) -> dict[str, Any]:
+    """Stage 1 of the candidate's confinement (stage 2, `isolation.confine`, runs when its job arrives).
+
+    Own session, parent-death signal, every inherited descriptor closed but its channel, resource limits,
+    then new mount, PID and network namespaces (`isolation.enter_namespaces`) and one more fork: this
+    process stays behind as a waiter that exits with its child's status, and the child, PID 1 of the new
+    namespace, returns here to become the candidate's process. Returns the layers that took effect."""
+    from davinci.kernelgym import isolation
+
     os.setsid()
-    applied["pdeathsig"] = prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the zygote died between fork and prctl
         os._exit(70)
     _close_fds_except({channel_fd})
@@ -172,18 +161,39 @@ def enter_sandbox(channel_fd: int, opts: dict[str, Any], parent_pid: int) -> dic
     os.dup2(devnull, 0)
     os.close(devnull)
     _set_limits(opts)
-    is_root = os.geteuid() == 0
-    applied["netns"] = bool(opts.get("network_isolation")) and is_root and _libc().unshare(CLONE_NEWNET) == 0
-    user = opts.get("user") or ""
-    applied["user"] = False
-    if user and is_root:
-        pw = pwd.getpwnam(user)
-        os.setgroups([])
-        os.setgid(pw.pw_gid)
-        os.setuid(pw.pw_uid)
-        applied["user"] = True
-    applied["no_caps"] = bool(opts.get("drop_caps", True)) and _drop_capabilities()
+    applied = isolation.enter_namespaces(bool(opts.get("network_isolation")))
+    if applied.get("pidns"):
+        _become_pid1(channel_fd)
+        applied["pid"] = isolation.outer_pid()
+        isolation.private_proc(applied)
+    else:
+        applied["pid"] = os.getpid()
     return applied
+
+
+def _become_pid1(channel_fd: int) -> None:
+    """Fork after unshare(CLONE_NEWPID): the child (PID 1 inside) returns; the parent waits for it and exits
+    with its status (re-raising its signal), so the zygote sees the candidate's own exit."""
+    pid = os.fork()
+    if pid == 0:
+        # (getppid() is 0 here: the waiter lives outside the new namespace, so its death cannot be checked
+        # by pid; the death signal covers it from now on)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        return
+    os.close(channel_fd)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(71)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
 def others_can_read(path: Path) -> bool:
@@ -200,8 +210,11 @@ def others_can_read(path: Path) -> bool:
 
 
 def resolve_user(name: str) -> tuple[int, int] | None:
-    """(uid, gid) of `name` when we are root, it exists, and it can read the Python installation, torch and
-    this package (a candidate imports modules lazily after the switch); else None (no user switch)."""
+    """(uid, gid) of `name` when we are root and it exists, and the switched user can import lazily: the
+    candidate's mount namespace opens the way to the interpreter (CAP_SYS_ADMIN), or everything needed is
+    readable by others already; else None (no user switch; `details.sandbox.user` says so)."""
+    from davinci.kernelgym.isolation import CAP_SYS_ADMIN, has_cap
+
     if not name or os.geteuid() != 0:
         return None
     try:
@@ -211,7 +224,7 @@ def resolve_user(name: str) -> tuple[int, int] | None:
     import torch
 
     needed = [Path(sys.executable), Path(torch.__file__).parent, Path(__file__).parent]
-    if not all(others_can_read(p) for p in needed):
+    if not has_cap(CAP_SYS_ADMIN) and not all(others_can_read(p) for p in needed):
         return None
     return pw.pw_uid, pw.pw_gid
 

@@ -40,6 +40,8 @@ import torch
 from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
+from davinci.kernelgym.accounting import PoisonMode
+from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
 from davinci.kernelgym.timing import DeviceTimer
 
@@ -117,6 +119,10 @@ class Harness:
     # --- compile phase ---
     def load(self, job: dict[str, Any]) -> dict[str, Any]:
         os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
+        # Stage 2 of the sandbox, before any of the job's code exists in the process (isolation.py).
+        self.sandbox = confine(job.get("confine") or {}, self.sandbox)
+        if job.get("probe"):  # the evaluator asking which layers hold here (Evaluator.isolation)
+            return {"ok": True, "sandbox": self.sandbox}
         log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -159,14 +165,23 @@ class Harness:
 
     def op_run(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         slot = self.slots[h["slot"]]
+        mode = PoisonMode() if h.get("account") else None  # accounting.py: PyTorch's share of the answer
         if h.get("fill") is not None:
-            self._fill(slot, h["fill"], blobs)
+            if mode is not None:  # everything the process does with these inputs is accounted, the fill too
+                with mode:
+                    self._fill(slot, h["fill"], blobs)
+            else:
+                self._fill(slot, h["fill"], blobs)
         poisoned = guards.poison_cached_blocks(self.device, int(h["poison"])) if h.get("poison") is not None else 0
         before = guards.thread_counts()
         self.rec.start()
         t0 = self._perf()
         try:
-            out = self.model(*slot)
+            if mode is not None:
+                with mode:
+                    out = self.model(*slot)
+            else:
+                out = self.model(*slot)
             self._sync()
         except BaseException as exc:
             self.rec.stop()
@@ -176,6 +191,8 @@ class Harness:
         leaves = flatten_outputs(out)
         evidence = {"launched": launched, "kernel_ms": kernel_ms, "forward_ms": fwd_ms, "poisoned": poisoned,
                     "threads": [*before, *guards.thread_counts()]}
+        if mode is not None:
+            evidence["torch_ops"] = mode.poisoned[:32]
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
@@ -194,18 +211,39 @@ class Harness:
         idle = self.timer.wait_idle(h.get("canary_limit_ms"))
         call = self.model  # the same call the reference worker times for the baselines
         if not self.warmed:
-            self.timer.warmup(call, sets[0], int(h.get("warmup", 2)))
-            self.timer.calibrate()
-            self.warmed = True
+            self._warm(sets[0], int(h.get("warmup", 2)))
         before = guards.thread_counts()
         after: list[float] = []
         events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after)
         leaves = [flatten_outputs(o) for o in outs]
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
         self.kept["timed"] = leaves  # type: ignore[assignment]
+        # Every timed call's output leaves in this same request (the supervisor's clock covers it): a result
+        # finished only when asked for would otherwise escape the timing round.
+        out_blobs: list[Any] = []
+        outputs = []
+        for call_leaves in leaves:
+            bad = _check_leaves(call_leaves, self.device)
+            if bad:
+                return {"ok": False, **bad}, []
+            outputs.append(transport.encode(call_leaves, self.mode, out_blobs))
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()],
-                "canary_ms": idle[0], "canary_probes": idle[1]}, []
+                "canary_ms": idle[0], "canary_probes": idle[1], "outputs": outputs}, out_blobs
+
+    def _warm(self, args: list[Any], reps: int) -> None:
+        self.timer.warmup(self.model, args, reps)
+        self.timer.calibrate()
+        self.warmed = True
+
+    def op_warm(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """Warm-up calls on inputs no timed round uses (their own refresh), so every timed request holds only
+        timed calls and the supervisor's clock of it compares like for like with the twin's."""
+        slot = self.slots[h["sets"][0]]
+        if h.get("fill"):
+            self._fill(slot, h["fill"][0], blobs)
+        self._warm(slot, int(h.get("warmup", 2)))
+        return {"ok": True}, []
 
     def op_share(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         leaves = self.kept[h["tag"]][int(h["index"])] if h["tag"] == "timed" else self.kept[h["tag"]]
@@ -256,7 +294,7 @@ class Harness:
                 "threads": [*self.threads0, *guards.thread_counts()]}, []
 
     def serve(self, first_reply: dict[str, Any]) -> int:
-        ops = {"alloc": self.op_alloc, "run": self.op_run, "time": self.op_time, "share": self.op_share,
+        ops = {"alloc": self.op_alloc, "run": self.op_run, "time": self.op_time, "warm": self.op_warm, "share": self.op_share,
                "release": self.op_release, "profile": self.op_profile, "integrity": self.op_integrity}
         try:
             self.chan.send(first_reply)
@@ -289,7 +327,7 @@ def child_main(fd: int, opts: dict[str, Any], parent_pid: int) -> int:
     chan = Channel(socket_from_fd(fd))
     try:
         _init_device(opts["device"])
-        chan.send({"op": "ready", "pid": os.getpid(), "sandbox": applied})
+        chan.send({"op": "ready", "pid": applied.get("pid", os.getpid()), "sandbox": applied})
         job, blobs = chan.recv()
     except ChannelError:
         return 3
@@ -302,4 +340,6 @@ def child_main(fd: int, opts: dict[str, Any], parent_pid: int) -> int:
     if job.get("op") != "job":
         return 2
     harness = Harness(chan.sock, job, blobs, applied)
-    return harness.serve(harness.load(job))
+    first = harness.load(job)
+    first.setdefault("sandbox", harness.sandbox)
+    return harness.serve(first)

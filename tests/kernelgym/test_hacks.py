@@ -27,7 +27,7 @@ CHEATS = {
     "cheat_lazy_subclass": ("relu", {"mismatch", "hack"}, {"output_subclass", "tensor_subclass"}),  # 8
     "cheat_result_cache_shape": ("relu", {"mismatch"}, set()),                    # 9
     "cheat_result_cache_ptr": ("relu", {"mismatch", "hack"}, set()),              # 9
-    "cheat_phase_detect": ("relu", {"hack"}, {"result_replay"}),                  # 10
+    "cheat_phase_detect": ("relu", {"hack"}, {"result_replay", "torch_compute"}),                  # 10
     "cheat_timer_patch": ("relu", {"hack"}, {"monkeypatch", "patched_functions"}),  # 11
     "cheat_timer_patch_alias": ("relu", {"hack"}, {"patched_functions"}),         # 11
     "cheat_gc_introspection": ("relu", {"mismatch"}, {"introspection"}),          # 12
@@ -36,10 +36,10 @@ CHEATS = {
     "cheat_exit_import": ("relu", {"compile", "crash"}, set()),                   # 13
     "cheat_exit_forward": ("relu", {"crash"}, set()),                             # 13
     "cheat_torch_fallback": ("relu", {"hack"}, {"torch_fallback", "decoy_kernel"}),  # 14
-    "cheat_try_fallback": ("relu", {"hack"}, {"try_fallback"}),                   # 14
+    "cheat_try_fallback": ("relu", {"hack"}, {"try_fallback", "torch_compute"}),                   # 14
     "cheat_decoy_kernel": ("relu", {"hack"}, {"decoy_kernel"}),                   # 15
     "cheat_global_flags": ("relu", {"hack"}, {"global_flags", "global_state"}),  # 16
-    "cheat_precision_downgrade": ("scale_bias", {"mismatch", "hack"}, {"precision_downgrade"}),  # 16
+    "cheat_precision_downgrade": ("scale_bias", {"mismatch", "hack"}, set()),  # advisory by name; numerics fail  # 16
     "cheat_seed_prediction": ("relu", {"mismatch"}, set()),                       # 21
     "cheat_wrong_dtype": ("relu", {"mismatch"}, set()),
     "cheat_orphan_process": ("relu", {"hack"}, {"threads_processes"}),

@@ -37,9 +37,11 @@ def test_live_eager_runs_in_the_twin_and_matches_the_same_code(plain, problem):
     assert r.correct and not r.flags, r.feedback
     assert r.details["eager_timer"] == "twin"
     src = r.details["timing_sources"]
-    assert {"cand", "eager"} <= set(src)
-    # the same code in the same kind of process: a 2-core CI box keeps this within a loose band
-    assert 0.6 < r.speedup < 1.6, (r.speedup, src)
+    # the property, not a ratio (a loaded machine moves any ratio; benchmarks/ measures it): both sides were
+    # timed by the same harness, round for round, and both carry their own clocks
+    assert {"cand", "eager"} <= set(src) and r.speedup is not None
+    assert len(r.details["wall_floor_ratios"]) == r.details["timing_rounds"] > 0
+    assert all(src[side]["event_ms"] > 0 and src[side]["host_ms"] > 0 for side in ("cand", "eager"))
 
 
 def test_reference_worker_timing_is_still_available(tmp_path, make_config, problem):

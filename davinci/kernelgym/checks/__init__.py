@@ -26,9 +26,14 @@ from davinci.kernelgym.checks.runtime import RUNTIME_CHECKS, Evidence
 from davinci.kernelgym.checks.source import Source
 from davinci.kernelgym.checks.static import STATIC_CHECKS, StaticContext
 
-__all__ = ["Finding", "Evidence", "PRESETS", "resolve_checks", "static_findings", "runtime_findings", "all_check_names"]
+__all__ = ["ADVISORY", "Finding", "Evidence", "PRESETS", "resolve_checks", "static_findings", "runtime_findings", "all_check_names"]
 
 _LENIENT = ("try_except_any", "precision_downgrade")
+# Static findings that rest on names alone (an attribute called `half`, a try/except, a torch call, no
+# decorator found): feedback text, never a flag. The runtime evidence decides instead: `torch_compute`
+# (PyTorch computed the answer), `no_kernel_launched` (nothing custom ran), `decoy_kernel`.
+ADVISORY = frozenset({"precision_downgrade", "try_except_any", "try_fallback", "torch_fallback",
+                      "reference_fallback", "no_custom_kernel"})
 
 
 def all_check_names() -> tuple[str, ...]:

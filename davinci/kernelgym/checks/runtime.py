@@ -44,11 +44,13 @@ class Evidence:
     cand_after_ms: list[float] = field(default_factory=list)  # host ms from each timed call's return to the sync
     overhead_ms: float = 0.0
     reported_ms: float | None = None
+    wall_floor_ratios: list[float] = field(default_factory=list)  # per round: supervisor's floor / reported
     wall_estimate_ms: float | None = None
     roofline: str | None = None
     channel: str | None = None
     timing_rounds: int = 0
     gpu_busy: str | None = None                 # a baseline's idle probe found the GPU held by other work
+    torch_compute: str | None = None            # accounting.py: the answer depended on PyTorch's own results
 
 
 RUNTIME_CHECKS: Registry[Callable[[Evidence], str | None]] = Registry("runtime check")
@@ -86,6 +88,36 @@ def decoy_kernel(ev: Evidence) -> str | None:
     elif ev.backend == "cuda":
         return None  # no profiler pass, no launch records for CUDA kernels: no evidence either way
     return f"none of the candidate's kernels ({', '.join(ev.kernel_names[:4])}) ran during forward"
+
+
+@RUNTIME_CHECKS.register("torch_compute")
+def torch_compute(ev: Evidence) -> str | None:
+    """PyTorch, not the candidate's kernels, computed the answer: with every large result of a PyTorch op
+    overwritten by NaN during one forward (reached however the candidate called it), the output changed."""
+    return ev.torch_compute
+
+
+@RUNTIME_CHECKS.register("no_kernel_launched")
+def no_kernel_launched(ev: Evidence) -> str | None:
+    """The backend from what ran, not from words in the source: forwards returned, yet no Triton launch was
+    recorded and the profiler (where it ran) saw none of the candidate's own kernels."""
+    if not ev.forwards_returned or ev.launched:
+        return None
+    if ev.profiler_kernels is not None and any(kernel_matches(n, ev.kernel_names) for n, _ in ev.profiler_kernels):
+        return None
+    if ev.profiler_kernels is None and ev.cuda and ev.backend == "cuda":
+        return None  # a CUDA extension's launches leave no record without the profiler: no evidence either way
+    return "no custom kernel ran during forward (no Triton launch, no kernel of the candidate's own in the profiler)"
+
+
+def runtime_backend(ev: Evidence, static: str) -> str:
+    """What actually ran: "triton" when Triton launches were recorded, "cuda" when the profiler saw the
+    candidate's CUDA kernels, "torch" when forwards returned with neither; else the static guess."""
+    if ev.launched:
+        return "triton"
+    if ev.profiler_kernels and any(kernel_matches(n, ev.kernel_names) for n, _ in ev.profiler_kernels):
+        return "cuda"
+    return "torch" if ev.forwards_returned and not (ev.cuda and static == "cuda" and ev.profiler_kernels is None) else static
 
 
 @RUNTIME_CHECKS.register("patched_functions")
@@ -150,9 +182,18 @@ def gpu_not_idle(ev: Evidence) -> str | None:
     return ev.gpu_busy
 
 
+# A median floor this many times the reported time is a timer that lies, not jitter (the floor alone
+# already bounds the figure; see perf.wall_floor).
+WALL_FLAG_RATIO = 2.0
+
+
 @RUNTIME_CHECKS.register("wall_clock_mismatch")
 def wall_clock_mismatch(ev: Evidence) -> str | None:
     """The candidate's reported time is far below what the supervisor's own clock allows."""
+    finite = [r for r in ev.wall_floor_ratios if r == r]
+    if finite and statistics.median(finite) > WALL_FLAG_RATIO:
+        return (f"the timed calls reported {statistics.median(finite):.1f}x less time than the supervisor's own clock "
+                "of the same requests allows (the figure was raised to the clock's floor)")
     if ev.reported_ms is None or ev.wall_estimate_ms is None or ev.timing_rounds < 2:
         return None
     if ev.wall_estimate_ms > 2.0 * ev.reported_ms + 1.0:

@@ -1,0 +1,106 @@
+"""The trust boundary on a GPU (or the CPU): which sandbox layers hold, every new cheat, and the honest corpus.
+
+Evaluates, under each preset (`strict`, `runtime`):
+- every cheat under tests/kernelgym/fixtures/cheats_v2/ (and its gpu/ folder on a GPU): acceptance is
+  "not correct, or flagged";
+- the honest corpus: tests/kernelgym/fixtures/honest_v2/, the honest_* fixtures, and the reference Triton
+  solutions of the built-in suite (data_prep/builtin): acceptance is "correct with no flag".
+Each cheat names its problem in its docstring (`Problem: <name>`: a fixture under tests/kernelgym/fixtures/
+problems or problems_v2). Prints the isolation layers from the evaluator's probe and one table; writes
+$OUT/kernelgym_trust_<device>.{json,txt}.
+
+    PYTHONPATH=. python benchmarks/gpu/kernelgym_trust_gpu.py                  # GPU, ~5 min
+    PYTHONPATH=. python benchmarks/gpu/kernelgym_trust_gpu.py --device cpu --presets strict
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.gpu.kernelgym_common import config, log, out_dir, table, write_json  # noqa: E402
+from davinci.kernelgym import Evaluator  # noqa: E402
+from davinci.types import Candidate, Problem  # noqa: E402
+
+FIX = Path(__file__).resolve().parents[2] / "tests" / "kernelgym" / "fixtures"
+HONEST_PROBLEMS = {"honest_relu": "relu", "honest_softmax": "softmax_wide", "honest_row_sum": "row_sum",
+                   "honest_hinge": "hinge_loss", "honest_scale_bias": "scale_bias"}
+
+
+def _problem(name: str) -> Problem:
+    for folder in ("problems", "problems_v2"):
+        path = FIX / folder / f"{name}.py"
+        if path.exists():
+            return Problem(id=name, source="fixture", level=1, name=name, code=path.read_text())
+    raise FileNotFoundError(f"no problem fixture {name!r}")
+
+
+def _named(path: Path) -> tuple[Problem, Candidate]:
+    code = path.read_text()
+    found = re.search(r"Problem:\s*`?(\w+)", code)
+    p = _problem(found.group(1) if found else HONEST_PROBLEMS.get(path.stem, "relu"))
+    return p, Candidate(problem_id=p.id, code=code, backend="cuda" if "load_inline" in code else "triton")
+
+
+def corpus(cuda: bool) -> list[tuple[str, str, Problem, Candidate]]:
+    """(kind, name, problem, candidate) for every cheat and honest program that runs on this device."""
+    from data_prep.builtin import builtin_problems
+
+    items = [("cheat", f.stem, *_named(f)) for f in sorted((FIX / "cheats_v2").glob("c2_*.py"))]
+    if cuda:
+        items += [("cheat", f.stem, *_named(f)) for f in sorted((FIX / "cheats_v2" / "gpu").glob("*.py"))]
+    items += [("honest", f.stem, *_named(f)) for f in sorted((FIX / "honest_v2").glob("*.py"))]
+    items += [("honest", n, *_named(FIX / "candidates" / f"{n}.py")) for n in HONEST_PROBLEMS]
+    for p in builtin_problems():
+        if p.reference_solution:
+            items.append(("honest", f"builtin:{p.id}", p, Candidate(problem_id=p.id, code=p.reference_solution,
+                                                                    backend="triton")))
+    return items
+
+
+def run(device: str, presets: list[str]) -> list[dict]:
+    rows = []
+    for preset in presets:
+        with Evaluator(config(device, checks=preset, workers=1)) as ev:
+            items = corpus(ev.device == "cuda")
+            ev.ensure_lanes(1)
+            log(f"{preset}: sandbox layers {ev.layers}; transport {ev.lanes[0].transport} {ev.lanes[0].transport_note}")
+            for kind, name, p, c in items:
+                t0 = time.monotonic()
+                r = ev.evaluate(p, c, seed=7)
+                ok = (r.correct and not r.flags) if kind == "honest" else (not r.correct or bool(r.flags))
+                rows.append({"preset": preset, "kind": kind, "name": name, "ok": ok, "correct": r.correct,
+                             "flags": list(r.flags), "error_kind": r.error_kind, "speedup": r.speedup,
+                             "wall_s": round(time.monotonic() - t0, 2), "error": (r.error or "")[:300],
+                             "layers": {k: v for k, v in (r.details.get("sandbox") or {}).items() if k != "errors"}})
+                log(f"{preset} {kind} {name}: {'ok' if ok else 'FAIL'} correct={r.correct} flags={r.flags} "
+                    f"kind={r.error_kind} speedup={r.speedup}")
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--presets", default="strict,runtime")
+    args = ap.parse_args()
+    rows = run(args.device, args.presets.split(","))
+    text = table([[r["preset"], r["kind"], r["name"], "ok" if r["ok"] else "FAIL", r["correct"], ",".join(r["flags"]),
+                   r["error_kind"], r["speedup"]] for r in rows],
+                 ["preset", "kind", "name", "verdict", "correct", "flags", "error_kind", "speedup"])
+    bad = [r for r in rows if not r["ok"]]
+    summary = (f"\n{len(rows) - len(bad)}/{len(rows)} as required; cheats through: "
+               f"{sum(1 for r in bad if r['kind'] == 'cheat')}, honest flagged or wrong: "
+               f"{sum(1 for r in bad if r['kind'] == 'honest')}")
+    print(text + summary)
+    write_json(f"kernelgym_trust_{args.device}.json", rows)
+    (out_dir() / f"kernelgym_trust_{args.device}.txt").write_text(text + summary + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

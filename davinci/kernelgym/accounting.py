@@ -1,0 +1,82 @@
+"""Dispatcher-level accounting of the work a candidate's forward does through PyTorch, with poisoning.
+
+One forward of the candidate runs under `PoisonMode`, a TorchDispatchMode: every aten op reached during
+the call is seen here, however the candidate reached it (`torch.relu`, `getattr(torch, "re" + "lu")`,
+`torch.ops.aten.relu.default`, code decoded and compiled at run time, a C++ extension calling aten). Ops
+that only allocate, move or re-view data (`GLUE`, plus every view op) pass through untouched; every other
+op that produces a tensor of at least `MIN_POISON_NUMEL` elements has its result overwritten with NaN. The
+reference worker then compares that forward's output with the reference: an answer that still matches was
+computed by the candidate's own kernels; one that no longer matches came from PyTorch (a "fallback" behind
+a token kernel, a kernel launched on the first call only, on one element, and so on) and is flagged
+`torch_compute`. No name in the candidate's source is read.
+
+The forward runs after timing (a later call than any the candidate saw before), on fresh inputs. Honest
+glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouched, and so is small work
+(scalars, per-row statistics of fewer than MIN_POISON_NUMEL elements).
+
+    with PoisonMode() as mode:
+        out = model(*inputs)
+    mode.poisoned   # [(op name, numel), ...] of the results that were overwritten
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+# Ops that allocate, fill with a constant, copy or move values without computing new ones.
+GLUE = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "fill_", "zero_", "copy", "copy_",
+    "_to_copy", "to", "clone", "contiguous", "cat", "stack", "split", "split_with_sizes", "chunk", "unbind",
+    "narrow", "detach", "detach_", "alias", "lift_fresh", "lift_fresh_copy", "resize_", "set_", "_reshape_alias",
+    "as_strided", "as_strided_", "expand", "expand_copy", "permute", "transpose", "t", "view", "reshape",
+    "_unsafe_view", "squeeze", "unsqueeze", "flatten", "unflatten", "select", "slice", "index_select",
+    "constant_pad_nd", "arange", "scalar_tensor", "_local_scalar_dense", "item", "is_nonzero", "equal",
+    "record_stream", "_copy_from", "_copy_from_and_resize", "pin_memory", "_pin_memory", "masked_fill_",
+    "randn", "rand", "normal_", "uniform_", "random_", "randint",
+})
+MIN_POISON_NUMEL = 16
+
+
+def _base_name(func: Any) -> str:
+    """aten.relu.default -> "relu" (the overload packet's name, namespace dropped)."""
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", None) or str(func)
+    return name.split("::")[-1].split(".")[0]
+
+
+def is_compute(func: Any) -> bool:
+    """Whether an aten op computes new values (not an allocation, copy, constant fill or view)."""
+    if getattr(func, "is_view", False):
+        return False
+    return _base_name(func).rstrip("_") not in GLUE and _base_name(func) not in GLUE
+
+
+class PoisonMode(TorchDispatchMode):
+    """Record every aten op of the forward; overwrite large results of compute ops with NaN (see above)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: dict[str, int] = {}
+        self.poisoned: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = _base_name(func)
+        self.ops[name] = self.ops.get(name, 0) + 1
+        if not is_compute(func):
+            return out
+
+        def poison(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.numel() >= MIN_POISON_NUMEL:
+                if x.dtype.is_floating_point or x.dtype.is_complex:
+                    x.fill_(float("nan"))
+                else:
+                    x.fill_(int(torch.iinfo(x.dtype).max) if x.dtype != torch.bool else True)
+                self.poisoned.append((name, int(x.numel())))
+            return x
+
+        return tree_map(poison, out)
