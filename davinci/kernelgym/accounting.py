@@ -80,3 +80,76 @@ class PoisonMode(TorchDispatchMode):
             return x
 
         return tree_map(poison, out)
+
+
+class StoreRecorder:
+    """On the CPU (Triton interpreter): the address and value of every element a Triton kernel stores while
+    `recording`, so that the output's provenance can be checked afterwards (`kernel_share`).
+
+    The interpreter writes kernel stores through `InterpreterBuilder.create_masked_store`; this wraps that
+    method once (before the candidate is imported). An output element counts as the kernels' work when the
+    last value a kernel stored at its address is the value it holds when the forward returns: results
+    computed by NumPy or Python and written over (or beside) a token kernel's stores do not count.
+    """
+
+    def __init__(self) -> None:
+        self.recording = False
+        self.stores: list[tuple[Any, Any]] = []
+        self.installed = False
+
+    def install(self) -> bool:
+        try:
+            from triton.runtime.interpreter import InterpreterBuilder
+        except Exception:
+            return False
+        original, rec = InterpreterBuilder.create_masked_store, self
+
+        def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, cache_policy: Any) -> Any:
+            if rec.recording:
+                import numpy as np
+
+                keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
+                vals = np.broadcast_to(value.data, ptrs.data.shape)
+                rec.stores.append((ptrs.data[keep].astype(np.int64).ravel(), np.array(vals[keep]).ravel()))
+            return original(builder, ptrs, value, mask, cache_policy)
+
+        InterpreterBuilder.create_masked_store = create_masked_store
+        self.installed = True
+        return True
+
+    def start(self) -> None:
+        self.stores, self.recording = [], True
+
+    def stop(self) -> None:
+        self.recording = False
+
+    def kernel_share(self, leaves: list[Any]) -> float | None:
+        """Share of the output tensors' elements (by count) whose final value a kernel stored there."""
+        import numpy as np
+
+        total, produced = 0, 0
+        for leaf in leaves:
+            if not isinstance(leaf, torch.Tensor) or leaf.device.type != "cpu" or leaf.numel() == 0:
+                continue
+            size = leaf.element_size()
+            utype = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size)
+            if utype is None:
+                continue
+            addrs, vals = [], []
+            for a, v in self.stores:
+                if v.dtype.itemsize == size:
+                    addrs.append(a)
+                    vals.append(v.view(utype))
+            total += leaf.numel()
+            if not addrs:
+                continue
+            a, v = np.concatenate(addrs)[::-1], np.concatenate(vals)[::-1]
+            uniq, first = np.unique(a, return_index=True)  # first in reversed order = the last store
+            last = v[first]
+            offsets = np.indices(tuple(leaf.shape)).reshape(leaf.dim(), -1) if leaf.dim() else np.zeros((0, 1), int)
+            strides = np.array(leaf.stride(), dtype=np.int64).reshape(-1, 1)
+            out_addrs = leaf.data_ptr() + (offsets * strides).sum(axis=0) * size if leaf.dim() else np.array([leaf.data_ptr()])
+            out_vals = leaf.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(utype)
+            idx = np.clip(np.searchsorted(uniq, out_addrs), 0, len(uniq) - 1)
+            produced += int(((uniq[idx] == out_addrs) & (last[idx] == out_vals)).sum())
+        return produced / total if total else None

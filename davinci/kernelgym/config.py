@@ -69,6 +69,9 @@ class GymConfig:
     l2_flush_mb: int = 256
     # Run the candidate once under torch.profiler (GPU) to measure kernel time coverage and find decoys.
     profile_coverage: bool = True
+    # Flag (`low_coverage`) a candidate whose own kernels carry less than this share of the forward's time
+    # (GPU: profiled device time incl. copies; CPU: the forward's wall time). KernelGYM's threshold.
+    min_kernel_coverage: float = 0.3
 
     # --- sandbox ---
     # "auto": CUDA IPC on the GPU (fallback to host copies if a probe fails), host copies on the CPU.

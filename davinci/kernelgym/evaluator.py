@@ -257,7 +257,8 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
         return
     pre = runtime_findings(job.checks, _evidence(job))
     _accounting(job)  # before timing: a candidate that hangs when timed is still accounted for
-    if measure and not job.static and not pre and job.error_kind is None and not job.evidence.torch_compute:
+    accounted = job.evidence.torch_compute or job.evidence.host_compute
+    if measure and not job.static and not pre and job.error_kind is None and not accounted:
         with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
             _timing(job)
@@ -266,7 +267,8 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
 
 
 def _accounting(job: Job) -> None:
-    if job.error_kind is None and job.numerics_ok and "torch_compute" in job.checks and not job.evidence.torch_compute:
+    found = job.evidence.torch_compute or job.evidence.host_compute
+    if job.error_kind is None and job.numerics_ok and "torch_compute" in job.checks and not found:
         with gpu_phase(job, "shared"):
             job.run_deadline = max(job.run_deadline, time.monotonic() + min(60.0, job.cfg.run_timeout_s))
             account_pass(job)
@@ -286,6 +288,7 @@ def _timing(job: Job) -> None:
 def _evidence(job: Job):
     ev = job.evidence
     ev.backend, ev.kernel_names, ev.cuda = job.backend.backend, job.backend.kernel_names, job.lane.cuda
+    ev.coverage, ev.min_coverage = _coverage(job), job.cfg.min_kernel_coverage
     return ev
 
 
@@ -300,7 +303,7 @@ def evaluate_on(ev: Evaluator, lane: Lane, problem: Problem, candidate: Candidat
     try:
         _run(ev, job, ev.cfg.measure_performance if measure is None else measure)
     except CandidateFailure as f:
-        status = lane.end_child(job.child) if job.child else {}
+        status = lane.end_child(job.child, grace=0.5 if f.kind in ("crash", "compile") else 0.0) if job.child else {}
         job.child = None
         if f.channel:
             job.evidence.channel = f.channel
@@ -366,8 +369,9 @@ def _coverage(job: Job) -> float | None:
     if kernels:
         from davinci.kernelgym.backend import kernel_matches
 
+        own = names + tuple(sorted(job.evidence.launched))  # declared, or launched through the Triton runtime
         total = sum(us for _, us in kernels)
-        mine = sum(us for name, us in kernels if kernel_matches(name, names))
+        mine = sum(us for name, us in kernels if kernel_matches(name, own))
         return mine / total if total > 0 else None
     if not job.lane.cuda and job.forward_ms > 0:
         return min(1.0, job.kernel_ms / job.forward_ms)

@@ -38,6 +38,10 @@ def _triton_attr(path: str) -> Callable[[], Any]:
             from triton.runtime.interpreter import InterpretedFunction
 
             return InterpretedFunction.run
+        if path == "interp.store":
+            from triton.runtime.interpreter import InterpreterBuilder
+
+            return InterpreterBuilder.create_masked_store
         import triton
 
         return triton.knobs.runtime.launch_enter_hook
@@ -76,6 +80,7 @@ WATCHED: dict[str, Callable[[], Any]] = {
     "threading.Thread.start": lambda: threading.Thread.start,
     "triton.JITFunction.run": _triton_attr("jit.run"),
     "triton.InterpretedFunction.run": _triton_attr("interp.run"),
+    "triton.InterpreterBuilder.create_masked_store": _triton_attr("interp.store"),
     "triton.knobs.runtime.launch_enter_hook": _triton_attr("hook"),
 }
 _MISSING = object()
@@ -89,12 +94,45 @@ def _get(getter: Callable[[], Any]) -> Any:
 
 
 def capture() -> dict[str, Any]:
-    return {label: _get(getter) for label, getter in WATCHED.items()}
+    out = {label: _get(getter) for label, getter in WATCHED.items()}
+    out.update(_harness_functions())
+    return out
+
+
+def _harness_functions() -> dict[str, Any]:
+    """Every function and method of the evaluator's own modules loaded in this process, with its code
+    object: `harness:<module>.<qualname>` -> (function, __code__). A candidate that rebinds a method of the
+    harness (the timer, the request handlers, the launch recorder) or swaps a function's __code__ shows up
+    here by label, whatever it reached the object through."""
+    import sys
+    import types
+
+    out: dict[str, Any] = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("davinci.kernelgym") or module is None:
+            continue
+        for attr, obj in list(vars(module).items()):
+            if isinstance(obj, types.FunctionType) and obj.__module__ == name:
+                out[f"harness:{name}.{attr}"] = (obj, obj.__code__)
+            elif isinstance(obj, type) and obj.__module__ == name:
+                for meth, fn in list(vars(obj).items()):
+                    if isinstance(fn, types.FunctionType):
+                        out[f"harness:{name}.{attr}.{meth}"] = (fn, fn.__code__)
+    return out
 
 
 def changed(captured: dict[str, Any]) -> list[str]:
     """Labels whose current object is not the one captured before the candidate was imported."""
-    return [label for label, obj in captured.items() if _get(WATCHED[label]) is not obj]
+    now = _harness_functions()
+    bad = [label for label, obj in captured.items() if not label.startswith("harness:") and _get(WATCHED[label]) is not obj]
+    for label, value in captured.items():
+        if not label.startswith("harness:"):
+            continue
+        fn, code = value
+        current = now.get(label)
+        if current is None or current[0] is not fn or fn.__code__ is not code:
+            bad.append(label.removeprefix("harness:"))
+    return bad
 
 
 _STATE: dict[str, Callable[[], Any]] = {

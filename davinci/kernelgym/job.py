@@ -87,6 +87,7 @@ class Job:
     static: list[Finding] = field(default_factory=list)
     advice: list[Finding] = field(default_factory=list)   # static findings shown as feedback, never flags
     timing_incomplete: str = ""                            # timing ran out after correctness held
+    last_kernel_share: float | None = None                 # CPU accounting forward: output elements kernels stored
     compiled: bool = False
     numerics_ok: bool = False
     trials_run: int = 0
@@ -415,6 +416,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     reply, blobs = ask(job, {"op": "run", "slot": slot, "tag": tag, "poison": poison, "fill": fill,
                              "account": account}, fill_blobs)
     ev = reply.get("evidence") or {}
+    job.last_kernel_share = ev.get("kernel_share")
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))
@@ -471,6 +473,10 @@ def _trial(job: Job, t: int) -> bool:
     return ok
 
 
+# At least this share of the output's elements must be what the candidate's kernels stored (CPU accounting).
+KERNEL_SHARE_MIN = 0.5
+
+
 def account_pass(job: Job) -> None:
     """One more forward on fresh inputs with every large PyTorch result poisoned (accounting.py), checked
     by the reference worker: a mismatch means PyTorch, not the candidate's kernels, computed the answer.
@@ -489,6 +495,10 @@ def account_pass(job: Job) -> None:
         job.evidence.torch_compute = "the forward failed once PyTorch's own results were poisoned"
     elif not check["comparison"]["ok"]:
         job.evidence.torch_compute = f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
+    share = job.last_kernel_share
+    if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
+        job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "
+                                     "kernels stored there; the rest was computed elsewhere (NumPy, Python)")
     ref(job, {"op": "drop", "trials": [slot], "kept": [tag]})
     ask(job, {"op": "release", "tags": [tag], "slots": [slot]})
 

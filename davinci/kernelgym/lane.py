@@ -344,11 +344,13 @@ class Lane:
                 self.spare = None
         return child
 
-    def end_child(self, child: ChildHandle) -> dict[str, Any]:
-        """SIGKILL a candidate process's group (through the zygote, which owns its pid) and return its exit status."""
+    def end_child(self, child: ChildHandle, grace: float = 0.0) -> dict[str, Any]:
+        """SIGKILL a candidate process's group (through the zygote, which owns its pid) and return its exit
+        status. `grace`: a process that already died (its channel closed) gets that long to report its own
+        status first (the waiter above the candidate re-raises the candidate's signal)."""
         child.chan.close()
         try:
-            reply = self._zygote_call({"op": "reap", "pid": child.pid, "kill": True, "timeout": 5.0})
+            reply = self._zygote_call({"op": "reap", "pid": child.pid, "kill": True, "timeout": 5.0, "grace": grace})
         except WorkerDied:
             reply = {"exited": False}
         self.live_children.discard(child.pid)
@@ -381,6 +383,14 @@ class Lane:
                 proc.send_signal(signal.SIGCONT)  # psutil checks the pid still names the process we stopped
             except psutil.Error:
                 continue
+
+    def owned_pids(self) -> set[int]:
+        """The trusted workers, the live candidate processes (each a waiter and, below it, the process that
+        is PID 1 of its namespace) and their descendants: everything of this lane that should be alive."""
+        pids = {p.popen.pid for p in (self.ref, self.zygote) if p is not None}
+        for pid in self.live_children:
+            pids |= {pid, *_descendants(pid)}
+        return pids
 
     def sweep(self) -> list[int]:
         keep = sorted(self.live_children)

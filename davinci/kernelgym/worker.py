@@ -40,7 +40,7 @@ import torch
 from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
-from davinci.kernelgym.accounting import PoisonMode
+from davinci.kernelgym.accounting import PoisonMode, StoreRecorder
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
 from davinci.kernelgym.timing import DeviceTimer
@@ -99,6 +99,9 @@ class Harness:
         self.mode = job.get("transport", "host")
         self.rec = guards.LaunchRecorder()
         self.rec.install(self.cuda)
+        self.stores = StoreRecorder()  # CPU: which output elements the kernels stored (accounting.py)
+        if not self.cuda:
+            self.stores.install()
         importlib.import_module("torch._dynamo")  # rebinds torch.manual_seed on first import: before capturing
 
         self.refs = guards.capture()
@@ -178,13 +181,16 @@ class Harness:
         t0 = self._perf()
         try:
             if mode is not None:
+                self.stores.start()
                 with mode:
                     out = self.model(*slot)
+                self.stores.stop()
             else:
                 out = self.model(*slot)
             self._sync()
         except BaseException as exc:
             self.rec.stop()
+            self.stores.stop()
             return {"ok": False, "error": _tb(exc)}, []
         fwd_ms = (self._perf() - t0) * 1e3
         launched, kernel_ms = self.rec.stop()
@@ -193,6 +199,9 @@ class Harness:
                     "threads": [*before, *guards.thread_counts()]}
         if mode is not None:
             evidence["torch_ops"] = mode.poisoned[:32]
+            if self.stores.installed:
+                evidence["kernel_share"] = self.stores.kernel_share(leaves)
+                self.stores.stores = []
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []

@@ -130,6 +130,10 @@ class Zygote:
         been recycled), then wait for its exit status."""
         pid = int(header["pid"])
         self._collect()
+        grace_end = time.monotonic() + float(header.get("grace", 0.0))
+        while pid in self.children and time.monotonic() < grace_end:  # a dying child's own status first
+            time.sleep(0.005)
+            self._collect()
         if header.get("kill") and pid in self.children:
             for fn in (os.killpg, os.kill):
                 try:

@@ -8,7 +8,7 @@ import os
 import psutil
 import pytest
 
-from davinci.kernelgym import Evaluator, GymConfig
+from davinci.kernelgym import Evaluator, GymConfig, isolation
 from davinci.types import Candidate, Problem
 
 
@@ -63,7 +63,7 @@ def test_escaped_processes_are_killed(quick, problem, candidate):
     r = quick.evaluate(p, candidate("cheat_orphan_process", p))
     assert not r.correct
     lane = quick.lanes[0]
-    live = {lane.ref.popen.pid, lane.zygote.popen.pid} | lane.live_children
+    live = lane.owned_pids()
     leftovers = [proc for proc in marked_processes(quick) if proc.pid not in live]
     assert leftovers == []
 
@@ -114,12 +114,17 @@ def test_batch_keeps_order_and_seeds_reproduce_inputs(quick, problem, candidate)
 def test_candidate_runs_sandboxed(quick, problem, candidate):
     p = problem("relu")
     r = quick.evaluate(p, candidate("honest_relu", p))
-    switched = quick.lanes[0].user is not None  # only when `nobody` can read the Python installation
-    assert r.correct and r.details["sandbox"] == {"pdeathsig": True, "netns": True, "user": switched, "no_caps": True}
+    switched = quick.lanes[0].user is not None  # root: the candidate runs as `nobody`
+    layers = r.details["sandbox"]
+    held = {k for k, v in layers.items() if v is True}
+    assert r.correct and {"netns", "no_caps", "no_new_privs", "seccomp"} <= held, layers
+    if isolation.has_cap(isolation.CAP_SYS_ADMIN):
+        assert set(isolation.REQUIRED) <= held and switched, layers
+    zygote = quick.lanes[0].zygote.popen.pid
     attack = quick.evaluate(p, candidate("cheat_kill_parent", p))  # kills the fork server if it can
     assert not attack.correct
-    if switched:
-        assert "Operation not permitted" in attack.error
+    if "pidns" in held:  # its parent is outside its PID namespace: there is nothing to kill
+        assert quick.lanes[0].zygote.popen.pid == zygote and quick.lanes[0].zygote.popen.poll() is None
     assert quick.evaluate(p, candidate("honest_relu", p)).correct  # a restarted fork server serves on
 
 

@@ -52,7 +52,7 @@ def test_two_hundred_candidates_in_a_row(tmp_path, make_config, problem, candida
         markers = {lane.marker for lane in ev.lanes}
         live = set()
         for lane in ev.lanes:
-            live |= {lane.ref.popen.pid, lane.zygote.popen.pid} | lane.live_children
+            live |= lane.owned_pids()
         stray = [proc for proc in lane_processes(markers) if proc.pid not in live]
     finally:
         ev.close()

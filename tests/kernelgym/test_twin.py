@@ -65,10 +65,11 @@ def test_a_candidate_cannot_stall_the_baseline_it_is_compared_with(plain, proble
     clean = _eager_ms(plain, p, as_candidate(p))
     stalled = _eager_ms(plain, p, candidate("cheat_stall_baseline", p))
     assert stalled < 1.8 * clean, (stalled, clean)
-    # the property comes from the freeze: without it the same candidate inflates eager several times
+    # the property holds twice over: the freeze, and the candidate's own PID namespace (it cannot see the
+    # twin to stop it); with the freeze patched out the stall still reaches nothing
     monkeypatch.setattr(Lane, "freeze_children", lambda self, keep: [])
     unfrozen = _eager_ms(plain, p, candidate("cheat_stall_baseline", p))
-    assert unfrozen > 2.5 * clean, (unfrozen, clean)
+    assert unfrozen < 1.8 * clean, (unfrozen, clean)
 
 
 def test_stopped_workers_are_woken_and_the_next_candidate_is_served(plain, problem, candidate):

@@ -51,6 +51,9 @@ class Evidence:
     timing_rounds: int = 0
     gpu_busy: str | None = None                 # a baseline's idle probe found the GPU held by other work
     torch_compute: str | None = None            # accounting.py: the answer depended on PyTorch's own results
+    host_compute: str | None = None             # CPU: the output's values were not stored by the kernels
+    coverage: float | None = None               # own kernels' share of forward time (profiler, or CPU launch clock)
+    min_coverage: float = 0.0
 
 
 RUNTIME_CHECKS: Registry[Callable[[Evidence], str | None]] = Registry("runtime check")
@@ -95,6 +98,25 @@ def torch_compute(ev: Evidence) -> str | None:
     """PyTorch, not the candidate's kernels, computed the answer: with every large result of a PyTorch op
     overwritten by NaN during one forward (reached however the candidate called it), the output changed."""
     return ev.torch_compute
+
+
+@RUNTIME_CHECKS.register("host_compute")
+def host_compute(ev: Evidence) -> str | None:
+    """On the CPU: the output's elements were not written by the candidate's kernels (the interpreter's
+    record of every store, compared with the values the forward returned)."""
+    return ev.host_compute
+
+
+@RUNTIME_CHECKS.register("low_coverage")
+def low_coverage(ev: Evidence) -> str | None:
+    """The candidate's own kernels must carry the main time of the forward (KernelGYM rejects below 0.3): on
+    the GPU their share of the device time the profiler recorded (every kernel and copy), on the CPU their
+    share of the forward's wall time. Host-side compute (numpy on copies) and library kernels behind a
+    token kernel show up here whatever they are called."""
+    if ev.coverage is None or not ev.min_coverage or ev.coverage >= ev.min_coverage:
+        return None
+    return (f"the candidate's own kernels carried {100 * ev.coverage:.0f}% of the forward's "
+            f"{'device' if ev.cuda else ''} time (at least {100 * ev.min_coverage:.0f}% required)")
 
 
 @RUNTIME_CHECKS.register("no_kernel_launched")
