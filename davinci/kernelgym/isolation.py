@@ -38,13 +38,12 @@ from pathlib import Path
 from typing import Any
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000, 0x40000000, 0x10000000
-NS_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x02000000 | 0x00000080
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442
-PR_SET_NO_NEW_PRIVS, PR_SET_KEEPCAPS, PR_CAPBSET_DROP = 38, 8, 24
+PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
 CAP_SYS_ADMIN = 21
 
 # The layers a GPU profile's `require_isolation` insists on; a CPU-only or unprivileged box may lack some.
@@ -364,16 +363,3 @@ def summary(layers: dict[str, Any] | None) -> dict[str, Any]:
     names = list(REQUIRED) + [k for k in ("landlock", "proc", "userns") if k in layers]
     return {"held": [n for n in names if layers.get(n)], "missing": [n for n in names if not layers.get(n)],
             "errors": dict(layers.get("errors") or {})}
-
-
-def sandbox_user_ok(name: str) -> tuple[bool, str]:
-    """Whether candidates can run as `name` here: the evaluator is root with CAP_SETUID and the user exists."""
-    if not name:
-        return False, "gym.sandbox_user is empty"
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False, f"there is no user {name!r} on this machine (set gym.sandbox_user to an unprivileged user)"
-    if os.geteuid() != 0:
-        return False, "the evaluator is not root, so candidates keep its user (run the evaluator as root, e.g. in a container)"
-    return True, ""

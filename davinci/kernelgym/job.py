@@ -480,8 +480,8 @@ KERNEL_SHARE_MIN = 0.5
 def account_pass(job: Job) -> None:
     """One more forward on fresh inputs with every large PyTorch result poisoned (accounting.py), checked
     by the reference worker: a mismatch means PyTorch, not the candidate's kernels, computed the answer.
-    Runs after timing, so the candidate has already seen every call it will see."""
-    slot, tag, t = "acct", "acct", job.cfg.correctness_trials
+    Runs before timing and again after it (the last call the candidate sees is accounted for too)."""
+    slot, tag = "acct", "acct"
     alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
     if not alloc.get("ok"):
         return

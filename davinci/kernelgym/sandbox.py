@@ -1,24 +1,21 @@
-"""Processes: the scrubbed environment, the candidate's sandbox, spawning trusted workers, killing trees.
+"""Processes: the scrubbed environment, stage 1 of the candidate's sandbox, spawning trusted workers, killing trees.
 
 Process layout per evaluation lane (one lane per GPU, or `workers` lanes on the CPU):
 
     supervisor (the caller) ──socket── reference worker   (trusted: problem, inputs, reference, verdicts)
               └──socket── zygote (torch + triton imported, CUDA untouched; a child subreaper)
-                              └── fork ──> candidate process, one per candidate (plus one warm spare),
-                                           and the reference twin of an evaluation that times eager live
+                              └── fork ──> waiter ──> candidate process (PID 1 of its own PID namespace),
+                                           one per candidate (plus one warm spare), and the reference twin
+                                           of an evaluation that times eager live
 
-Candidate processes are forked from the zygote (10-30 ms instead of a 3 s `import torch`) and then enter
-the sandbox (`enter_sandbox`, in the child, before any candidate code exists in the process):
-own session and process group (the supervisor kills the group), parent-death signal, every inherited
-file descriptor closed but its own channel, RLIMIT_CORE=0, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_AS on the
-CPU only (CUDA maps huge virtual ranges), a new network namespace when root (`unshare(CLONE_NEWNET)`;
-skipped quietly otherwise), all capabilities dropped, and on the CPU (host transport) the `nobody` user,
-so it can neither read the trusted processes' memory nor write the project's files. The trusted reference
-worker marks itself non-dumpable, so a same-user candidate without CAP_SYS_PTRACE cannot read its memory.
-Escaped grandchildren (double fork + setsid) are reparented to the zygote, which kills them on `sweep`.
-
-What is not covered: with CUDA IPC the candidate keeps the evaluator's user (root on the GPU machine) and
-can write files that user owns; run the evaluator in a container with a read-only code mount for that.
+Candidate processes are forked from the zygote (10-30 ms instead of a 3 s `import torch`) and enter the
+sandbox before any candidate code exists in the process: here (`enter_sandbox`, at fork) their own session
+and process group (the supervisor kills the group), a parent-death signal, every inherited descriptor
+closed but their channel, RLIMIT_CORE=0, RLIMIT_FSIZE, RLIMIT_NPROC, RLIMIT_AS on the CPU only (CUDA maps
+huge virtual ranges), and new mount, PID and network namespaces; then, when the job arrives,
+`isolation.confine` (read-only file system, private /tmp and /dev/shm, hidden evaluator state, the `nobody`
+user, no capabilities, landlock, seccomp). isolation.py lists the layers and how each is applied. The
+trusted reference worker marks itself non-dumpable.
 """
 
 from __future__ import annotations
@@ -39,7 +36,6 @@ import psutil
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
-CLONE_NEWNET = 0x40000000
 # The only variables a worker inherits; everything else (tokens, secrets, proxies) is dropped.
 ENV_ALLOW = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
              "NVIDIA_DRIVER_CAPABILITIES", "TORCH_CUDA_ARCH_LIST", "CC", "CXX")
