@@ -264,6 +264,8 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
             _timing(job)
         if job.perf.get("rounds") and not job.timing_incomplete:
             _accounting(job)  # and after: the last call the candidate sees is accounted for too
+            if job.error_kind is None:
+                gather_evidence(job)  # identities again: a patch made during timing shows up too
 
 
 def _accounting(job: Job) -> None:
@@ -448,6 +450,7 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                  "timing_sources": job.perf.get("sources", {}), "allowance_ms": job.perf.get("allowance_ms"),
                  "eager_timer": job.perf.get("eager_timer"), "timing_incomplete": job.timing_incomplete or None,
                  "wall_floor_ratios": [round(r, 3) for r in job.evidence.wall_floor_ratios],
+                 "wall_excess_ms": [round(e, 3) for e in job.evidence.wall_excess_ms],
                  "advice": {f.check: f.reason for f in job.advice},
                  "work": job.info.get("work"), "transport_note": lane.transport_note},
     )

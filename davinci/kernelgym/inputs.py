@@ -66,6 +66,31 @@ def heavy_tail(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return x
 
 
+_SAME_SIZE_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@DISTRIBUTIONS.register("spikes")
+def spikes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The native values, except a few (about 8 per tensor, at most one in 16384) multiplied by 4-64.
+
+    Almost every value stays in the problem's own range, so an approximation chosen because a sample of the
+    input looked native (a lookup table, a truncated series, skipping the max of a softmax) meets the few
+    that are not, wherever they are. Which values move is decided by the value's bits and a seeded salt, not
+    its position: equal entries move together (symmetry, triangles and zeros survive; signs too).
+    """
+    if not x.is_floating_point() or x.element_size() not in _SAME_SIZE_INT or not x.numel():
+        return x
+    salt = int(torch.randint(0, 1 << 30, (), generator=gen, device=gen.device))
+    factor = 2.0 ** float(2.0 + 4.0 * torch.rand((), generator=gen, device=gen.device))
+    rate = int(min(16384, max(64, x.numel() // 8)))
+    for c in _chunks(x):
+        bits = c.view(_SAME_SIZE_INT[c.element_size()]).to(torch.int64)
+        mixed = ((bits ^ salt) * 0x9E3779B1) >> 16  # a multiplicative hash: every bit of the value matters
+        picked = (mixed & 0x7FFFFFFF) % rate == 0
+        c.mul_(torch.where(picked, factor, 1.0).to(c.dtype))
+    return x
+
+
 def native_inputs(get_inputs: Callable[[], Sequence[Any]], seed: int, device: str) -> list[Any]:
     """The problem's `get_inputs()` drawn on `device` under `seed`; tensors made on the host are moved."""
     torch.manual_seed(seed % (2 ** 63 - 1))

@@ -531,8 +531,8 @@ def gather_evidence(job: Job) -> None:
     if not reply.get("ok"):
         return
     ev = job.evidence
-    ev.patched = [str(p) for p in reply.get("patched", [])]
-    ev.state_changed = dict(reply.get("state_changed", {}))
+    ev.patched = list(dict.fromkeys([*ev.patched, *(str(p) for p in reply.get("patched", []))]))  # before + after timing
+    ev.state_changed.update(reply.get("state_changed", {}))
     threads = reply.get("threads") or []
     if len(threads) == 4:
         ev.python_threads = (int(threads[0]), int(threads[2]))
