@@ -49,7 +49,8 @@ class RLConfig:
     # own default (correct_plus_speedup and sol: 1.0 as Dr. Kernel; kevin: 0.4; milestone: 1.0).
     gamma: float | None = None
     # Summary agent (delayed credit, trained one epoch later): reward for an admitted skill, plus
-    # w_summary_use times the fraction of the next epoch's episodes that selected the skill.
+    # w_summary_use times the skill's effect in the next epoch: the solve rate of episodes that selected it
+    # minus that of the episodes of the same problems that did not (in [-1, 1]; rl.credit).
     w_summary_admit: float = 1.0
     w_summary_use: float = 1.0
 
@@ -81,3 +82,7 @@ class RLConfig:
     save_optimizer: bool = True
     # Generations longer than this (prompt + response tokens) are skipped and counted (0 = model max).
     max_train_tokens: int = 0
+    # Groups whose returns are all equal carry no policy gradient: keep them (they still count in the
+    # per-agent token normaliser, diluting the others) or drop them from the update. Their share is
+    # logged either way (rollout/zero_adv_group_share_<agent>).
+    zero_advantage_groups: Literal["keep", "drop"] = "keep"

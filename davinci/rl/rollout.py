@@ -8,7 +8,7 @@ is written last: its presence means the phase is complete, so a retried epoch ne
 rollouts are random; regenerating them would break exact resume of the update that follows).
 
 Files (JSONL = one JSON object per line):
-  rollouts.jsonl            {"episode": Episode.to_dict(), "rewards": {...}, "advantages": {key: A}}
+  rollouts.jsonl            RolloutRecord per episode (`records.py` reads and writes it)
   samples.jsonl             TrainSample.to_dict() per trained generation (its digest pins the resume)
   pending_summaries.jsonl   this epoch's summary generations, trained next epoch (delayed credit)
   candidates.jsonl          {"episode_id", "problem_id", "epoch", "skill": Skill dict} for the skills stage
@@ -17,8 +17,6 @@ Files (JSONL = one JSON object per line):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from davinci.rl.config import RLConfig
+from davinci.rl.records import RolloutRecord
 from davinci.rl.rewards import EpisodeRewards
 from davinci.rl.samples import TrainSample, with_logprobs
 from davinci.rl.trainer import score_samples
@@ -85,26 +84,7 @@ class TimedCall:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Files
-
-
-def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> str:
-    """Atomic JSONL write; returns the sha256 of the bytes written."""
-    blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(blob)
-    tmp.replace(path)
-    return hashlib.sha256(blob).hexdigest()
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+# Problems
 
 
 def select_problems(problems: Sequence[Any], cfg: RLConfig, *, seed: int, epoch: int) -> list[Any]:
@@ -124,13 +104,12 @@ def rollout_metrics(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], 
     """Reward / correctness / parse / hack statistics of the epoch's rollouts (all floats)."""
     m: dict[str, float] = {"episodes": float(len(episodes)), "samples": float(len(samples))}
     turns = [t for ep in episodes for t in ep.turns]
-    results = [t.result or {} for t in turns]
     m["turns"] = float(len(turns))
-    m["compiled_rate"] = _rate(r.get("compiled") for r in results)
-    m["correct_rate"] = _rate(r.get("correct") for r in results)
-    m["flagged_rate"] = _rate(bool(r.get("flags")) for r in results)
+    m["compiled_rate"] = _rate(t.result is not None and t.result.compiled for t in turns)
+    m["correct_rate"] = _rate(t.correct for t in turns)
+    m["flagged_rate"] = _rate(t.result is not None and bool(t.result.flags) for t in turns)
     m["no_code_rate"] = _rate(t.result is None for t in turns)
-    m["episode_solved_rate"] = _rate(any((t.result or {}).get("correct") for t in ep.turns) for ep in episodes)
+    m["episode_solved_rate"] = _rate(ep.solved for ep in episodes)
     m["reward_turn_mean"] = _mean(s for r in rewards for s in r.turn_scores)
     m["reward_best_turn_mean"] = _mean(r.selection for r in rewards)
     gens = [(t.generation.agent, t.generation.parse_ok) for t in turns]
@@ -184,15 +163,15 @@ def score_all(model: Any, samples: list[TrainSample], summaries: list[TrainSampl
     return ScoredRollout(scored[:n], scored[n:], time.perf_counter() - t0)
 
 
-def rollout_rows(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], samples: Sequence[TrainSample]) -> list[dict[str, Any]]:
-    """One row per episode: the episode, its rewards and the advantage of each of its trained generations."""
+def rollout_records(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], samples: Sequence[TrainSample]) -> list[RolloutRecord]:
+    """One record per episode: the episode, its rewards and the advantage of each of its trained generations."""
     adv = {s.key: s.advantage for s in samples}
-    rows = []
+    records = []
     for ep, r in zip(episodes, rewards):
         prefix = f"{ep.episode_id}/"
         mine = {k[len(prefix) :]: a for k, a in adv.items() if k.startswith(prefix)}
-        rows.append({"episode": ep.to_dict(), "rewards": r.to_dict(), "advantages": mine})
-    return rows
+        records.append(RolloutRecord(ep, r, mine))
+    return records
 
 
 def candidate_rows(episodes: Sequence[Any]) -> list[dict[str, Any]]:
