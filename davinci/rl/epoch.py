@@ -40,6 +40,7 @@ from davinci.rl.advantages import ADVANTAGES
 from davinci.rl.checkpoint import Progress, load_resume, load_trainer_state, load_trainer_state_meta, save_trainer_state
 from davinci.rl.credit import delayed_summary_rewards, read_admissions
 from davinci.rl.losses import LOSSES
+from davinci.rl.onpolicy import check_rollout_kl
 from davinci.rl.records import write_rollouts
 from davinci.rl.rewards import REWARDS
 from davinci.rl.samples import PendingSummary, TrainSample, build_samples, summary_samples, to_pending
@@ -208,16 +209,19 @@ def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, 
     admissions = read_admissions(inputs.admissions_path) if inputs.admissions_path else []
     summary_r = delayed_summary_rewards(pending, admissions, episodes, cfg)
     samples, rewards, counts = build_samples(episodes, profile, backbone, pending, summary_r)
-    ref = _reference_model(inputs, backbone) if cfg.kl_coef > 0 else None
+    ref = _reference_model(inputs, backbone) if cfg.kl_coef > 0 or cfg.ref_kl_metric else None
     micro = max(1, -(-max(cfg.batch_size, 1) // max(cfg.grad_accum, 1)))
-    scored = ro.score_all(backbone.model, samples, summary_samples(episodes, backbone, cfg), pad_id=backbone.pad_token_id, micro_batch=micro, ref_model=ref)
+    scored = ro.score_all(backbone.model, samples, summary_samples(episodes, backbone, cfg), pad_id=backbone.pad_token_id, micro_batch=micro,
+                          ref_model=ref, temperature=profile.agents.temperature, chunk_rows=cfg.logprob_chunk_rows)
     del ref
+    check_rollout_kl(scored.rollout_kl, scored.rollout_kl_tokens, cfg.max_rollout_kl)  # loud before any update
     write_rollouts(out / ro.ROLLOUTS, ro.rollout_records(episodes, rewards, scored.samples))
     digest = write_jsonl(out / ro.SAMPLES, [s.to_dict() for s in scored.samples])
     write_jsonl(out / ro.PENDING, [p.to_dict() for p in to_pending(episodes, scored.summaries)])
     write_jsonl(out / ro.CANDIDATES, ro.candidate_rows(episodes))
     metrics = {**ro.rollout_metrics(episodes, rewards, scored.samples), **counts, **_agent_metrics(episodes)}
     metrics["summary_reward_mean"] = sum(summary_r) / len(summary_r) if summary_r else 0.0
+    metrics["rollout_kl"], metrics["rollout_kl_tokens"] = scored.rollout_kl, float(scored.rollout_kl_tokens)
     metrics["summaries_credited"] = float(len(summary_r))
     timing = {
         "generation_s": backend.seconds,
@@ -305,7 +309,8 @@ def _update_phase(inputs: EpochInputs, backbone: Any, optimizer: Any, start_step
         plan = plan_updates(len(samples), cfg, seed=inputs.profile.seed, epoch=inputs.epoch)
         progress = Progress.start(inputs.epoch, start_step, plan, library_version=str(meta["library_version"]), samples_digest=digest)
     step_logger = _StepFile(out / STEPS_FILE, logger)
-    return run_updates(backbone.model, optimizer, samples, progress, cfg, pad_id=backbone.pad_token_id, logger=step_logger, resume_dir=out / RESUME_DIR, desc=f"rl epoch {inputs.epoch}")
+    return run_updates(backbone.model, optimizer, samples, progress, cfg, pad_id=backbone.pad_token_id, logger=step_logger, resume_dir=out / RESUME_DIR, desc=f"rl epoch {inputs.epoch}",
+                       temperature=inputs.profile.agents.temperature)
 
 
 def _finish(inputs: EpochInputs, out: Path, meta: dict[str, Any], progress: Progress, t_update: float, t_start: float) -> EpochOutputs:

@@ -55,3 +55,21 @@ def read_rollouts(paths: str | Path | Iterable[str | Path]) -> list[RolloutRecor
             except (KeyError, TypeError, ValueError) as exc:
                 raise MalformedInput(f"{path} row {n} is not a rollout record ({exc!r})", "regenerate it with the rl stage") from None
     return out
+
+
+def rollout_table(records: Iterable[RolloutRecord]) -> list[dict[str, Any]]:
+    """One row per policy turn (the rl stage's MLflow table): verdict, score and advantage of each turn."""
+    rows = []
+    for rec in records:
+        ep = rec.episode
+        for turn in ep.turns:
+            res = turn.result
+            rows.append({
+                "episode": ep.episode_id, "problem": ep.problem_id, "sample": ep.sample_index, "turn": turn.index,
+                "skills": ",".join(ep.selected_ids), "compiled": res.compiled if res else None,
+                "correct": res.correct if res else None, "speedup": res.speedup if res else None,
+                "flags": ",".join(res.flags) if res else "",
+                "score": rec.rewards.turn_scores[turn.index] if turn.index < len(rec.rewards.turn_scores) else None,
+                "advantage": rec.advantages.get(f"policy/{turn.index}"), "error": (res.error if res else "")[:200],
+            })  # fmt: skip
+    return rows

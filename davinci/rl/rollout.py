@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from davinci.rl.config import RLConfig
+from davinci.rl.onpolicy import rollout_kl
 from davinci.rl.records import RolloutRecord
 from davinci.rl.rewards import EpisodeRewards
 from davinci.rl.samples import TrainSample, with_logprobs
@@ -147,20 +148,26 @@ class ScoredRollout:
     samples: list[TrainSample]  # trained this epoch (policy, selection, previous epoch's summaries)
     summaries: list[TrainSample]  # this epoch's summary generations (scored, trained next epoch)
     scoring_s: float
+    rollout_kl: float = 0.0  # mean per-token KL(rollout || trainer) where the backend gave log-probs
+    rollout_kl_tokens: int = 0
 
 
-def score_all(model: Any, samples: list[TrainSample], summaries: list[TrainSample], *, pad_id: int, micro_batch: int, ref_model: Any = None) -> ScoredRollout:
-    """Behaviour log-probs (current weights) where missing; reference log-probs when a ref model is given."""
+def score_all(model: Any, samples: list[TrainSample], summaries: list[TrainSample], *, pad_id: int, micro_batch: int,
+              ref_model: Any = None, temperature: float = 1.0, chunk_rows: int = 1024) -> ScoredRollout:
+    """Trainer log-probs of every sample at `temperature`: behaviour log-probs where missing, the
+    rollout-vs-trainer KL where the backend gave its own, reference log-probs when a ref model is given."""
     t0 = time.perf_counter()
     everything = samples + summaries
-    need = [i for i, s in enumerate(everything) if not s.old_logprobs]
-    old: list[list[float] | tuple[float, ...]] = [s.old_logprobs for s in everything]
-    for i, lp in zip(need, score_samples(model, [everything[i] for i in need], pad_id=pad_id, micro_batch=micro_batch)):
-        old[i] = lp
-    ref = score_samples(ref_model, everything, pad_id=pad_id, micro_batch=micro_batch) if ref_model is not None else None
+    # score what lacks behaviour log-probs, and what the backend scored itself (to compare)
+    need = [i for i, s in enumerate(everything) if not s.old_logprobs or s.rollout_logprobs]
+    kw = dict(pad_id=pad_id, micro_batch=micro_batch, temperature=temperature, chunk_rows=chunk_rows)
+    mine = dict(zip(need, score_samples(model, [everything[i] for i in need], **kw)))
+    old = [s.old_logprobs or mine[i] for i, s in enumerate(everything)]
+    kl, kl_tokens = rollout_kl([everything[i] for i in mine], list(mine.values()))
+    ref = score_samples(ref_model, everything, **kw) if ref_model is not None else None
     scored = with_logprobs(everything, old, ref)
     n = len(samples)
-    return ScoredRollout(scored[:n], scored[n:], time.perf_counter() - t0)
+    return ScoredRollout(scored[:n], scored[n:], time.perf_counter() - t0, kl, kl_tokens)
 
 
 def rollout_records(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], samples: Sequence[TrainSample]) -> list[RolloutRecord]:

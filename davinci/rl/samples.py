@@ -46,7 +46,8 @@ class TrainSample:
     ret: float  # the return the advantage was computed from
     key: str  # "<episode_id>/<agent>/<turn>": where the generation came from
     old_logprobs: tuple[float, ...] = ()  # behaviour policy's log-probs of the response tokens
-    ref_logprobs: tuple[float, ...] = ()  # frozen reference model's log-probs (only when kl_coef > 0)
+    ref_logprobs: tuple[float, ...] = ()  # frozen reference model's log-probs (kl_coef > 0 or ref_kl_metric)
+    rollout_logprobs: tuple[float, ...] = ()  # the backend's own log-probs as generated (empty if none)
 
     @property
     def response_len(self) -> int:
@@ -54,13 +55,16 @@ class TrainSample:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("input_ids", "old_logprobs", "ref_logprobs"):
+        for k in _SEQ_FIELDS:
             d[k] = list(d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainSample":
-        return cls(**{**d, **{k: tuple(d.get(k, ())) for k in ("input_ids", "old_logprobs", "ref_logprobs")}})
+        return cls(**{**d, **{k: tuple(d.get(k, ())) for k in _SEQ_FIELDS}})
+
+
+_SEQ_FIELDS = ("input_ids", "old_logprobs", "ref_logprobs", "rollout_logprobs")
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,7 @@ def build_samples(
         if p.zero_group and cfg.zero_advantage_groups == "drop":
             counts["samples_zero_group_dropped"] += 1
             continue
+        lp: tuple[float, ...] = ()  # the backend's log-probs (fresh generations only)
         if p.summary is not None:
             ids, plen, old = list(p.summary.input_ids), p.summary.prompt_len, p.summary.old_logprobs
         else:
@@ -201,7 +206,7 @@ def build_samples(
         if limit and len(ids) > limit:
             counts["samples_too_long_dropped"] += 1
             continue
-        samples.append(TrainSample(p.item.agent, tuple(ids), plen, p.advantage, float(p.item.ret), p.key, tuple(old)))
+        samples.append(TrainSample(p.item.agent, tuple(ids), plen, p.advantage, float(p.item.ret), p.key, tuple(old), rollout_logprobs=tuple(lp)))
     return samples, rewards, counts
 
 

@@ -154,7 +154,7 @@ def test_epoch_runs_resumes_exactly_and_is_idempotent(world, runner, tmp_path):
     # crash while logging step 3 (after step 2's checkpoint), then the task's retry on the same folder
     with pytest.raises(Crash):
         run_rl_epoch(_inputs(world, tmp_path / "crash", logger=CrashAt(3)), runner)
-    assert Path(tmp_path / "crash" / "_resume" / "resume.pt").exists()
+    assert list((tmp_path / "crash" / "_resume").glob("resume-*.pt"))
     retry_logger = MemoryLogger()
     resumed = run_rl_epoch(_inputs(world, tmp_path / "crash", logger=retry_logger), runner)
     assert Path(resumed.samples_path).read_bytes() == Path(full.samples_path).read_bytes()  # same rollouts
