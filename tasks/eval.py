@@ -29,12 +29,16 @@ def _run(profile: Any, problems: Sequence[Any], checkpoint_dir: str, store_root:
     from davinci.agents.evaluation import read_episodes, run_eval
     from davinci.kernelgym import evaluate_batch
     from davinci.llm import Backbone, make_backend
+    from davinci.rl.checkpoint import load_trainer_state_meta
+    from davinci.rl.weightsync import sync_served_weights
     from davinci.skills import SkillStore
 
     if all(p.id in read_episodes(episodes_path) for p in problems):
         return read_episodes(episodes_path)  # a resumed run with nothing left: load no model
     backbone = Backbone.load(checkpoint_dir, profile.model)
     backend = make_backend(backbone, profile.model)
+    step = int(load_trainer_state_meta(Path(checkpoint_dir))["global_step"])
+    sync_served_weights(backend, checkpoint_dir, profile, global_step=step)  # a server evaluates these weights
     library = SkillStore(Path(store_root)).load(version) if profile.eval.use_skills else ()
     return run_eval(profile, problems, backend, library, lambda items: evaluate_batch(items, profile.gym, progress=False), episodes_path)
 

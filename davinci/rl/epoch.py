@@ -1,7 +1,8 @@
 """The RL epoch driver: `run_rl_epoch(EpochInputs) -> EpochOutputs`, called by the lead's Prefect rl task.
 
 One epoch, in order (each phase leaves files in `output_dir`, so a retried task picks up where it died):
-  1. rollouts   load the backbone (`Backbone.load`), build the backend (`make_backend`), run the agents'
+  1. rollouts   load the backbone (`Backbone.load`), build the backend (`make_backend`), push the weights
+                to a generation server and verify them (`weightsync`; stale -> StaleWeightsError), run the agents'
                 episodes (`run_episodes`, evaluate_fn = kernelgym `evaluate_batch`), rewards -> per-agent
                 advantages -> samples, score behaviour (and reference) log-probs; write the rollout files
                 (see `rollout.py`). Skipped when `rollout_meta.json` exists.
@@ -43,6 +44,7 @@ from davinci.rl.losses import LOSSES
 from davinci.rl.onpolicy import check_rollout_kl
 from davinci.rl.records import write_rollouts
 from davinci.rl.rewards import REWARDS
+from davinci.rl.weightsync import sync_served_weights
 from davinci.rl.samples import PendingSummary, TrainSample, build_samples, summary_samples, to_pending
 from davinci.rl.trainer import make_optimizer, plan_updates, run_updates
 from davinci.tracking import MetricLogger, NullLogger
@@ -182,11 +184,13 @@ class Collaborators:
     run_episodes(problems, library, backend, profile, epoch, evaluate_fn) -> list[Episode]
     make_backend(backbone, profile) -> GenerationBackend        (the rollouts' generator)
     evaluate(profile) -> EvaluateFn                              (kernelgym.evaluate_batch by default)
+    sync_weights(backend, checkpoint_dir, profile, global_step=) -> served version ("" in process)
     """
 
     run_episodes: Callable[..., list[Any]] = default_run_episodes
     make_backend: Callable[[Any, Profile], Any] = default_make_backend
     evaluate: Callable[[Profile], Any] = default_evaluate
+    sync_weights: Callable[..., str] = sync_served_weights
 
 
 def _agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
@@ -196,10 +200,12 @@ def _agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
     return {k.replace("/", "_"): float(v) for k, v in episode_metrics(episodes).items()}
 
 
-def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, co: Collaborators) -> dict[str, Any]:
+def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, co: Collaborators, global_step: int) -> dict[str, Any]:
     profile, cfg = inputs.profile, inputs.profile.rl
     problems = ro.select_problems(load_problems(inputs.problems), cfg, seed=profile.seed, epoch=inputs.epoch)
-    backend = ro.TimedBackend(co.make_backend(backbone, profile), lambda t: len(backbone.encode_text(t)))
+    generator = co.make_backend(backbone, profile)
+    served_version = co.sync_weights(generator, inputs.checkpoint_dir, profile, global_step=global_step)  # stale -> raises
+    backend = ro.TimedBackend(generator, lambda t: len(backbone.encode_text(t)))
     evaluate = ro.TimedCall(co.evaluate(profile))
     _seed_everything(profile.seed, inputs.epoch)
     t0 = time.perf_counter()
@@ -231,7 +237,7 @@ def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, 
         "generated_tokens": backend.tokens,
         "evaluations": evaluate.items,
     }
-    meta = {"samples_digest": digest, "library_version": library.version, "metrics": metrics, "timing": timing}
+    meta = {"samples_digest": digest, "library_version": library.version, "metrics": metrics, "timing": timing, "served_version": served_version}
     _write_json(out / ro.META, meta)  # last: its presence marks the rollout phase complete
     return meta
 
@@ -362,7 +368,7 @@ def run_rl_epoch(inputs: EpochInputs, collaborators: Collaborators | None = None
         meta = json.loads((out / ro.META).read_text())
     else:
         library = SkillStore(inputs.skill_store_root).load(inputs.library_version)
-        meta = _rollout_phase(inputs, backbone, out, library, collaborators or Collaborators())
+        meta = _rollout_phase(inputs, backbone, out, library, collaborators or Collaborators(), int(state["global_step"]))
     t0 = time.perf_counter()
     _, progress = _update_phase(inputs, backbone, optimizer, int(state["global_step"]), meta, out, logger)
     t_update = time.perf_counter() - t0
