@@ -44,9 +44,9 @@ from davinci.rl.losses import LOSSES
 from davinci.rl.onpolicy import check_rollout_kl
 from davinci.rl.records import write_rollouts
 from davinci.rl.rewards import REWARDS
-from davinci.rl.weightsync import sync_served_weights
 from davinci.rl.samples import PendingSummary, TrainSample, build_samples, summary_samples, to_pending
 from davinci.rl.trainer import make_optimizer, plan_updates, run_updates
+from davinci.rl.weightsync import sync_served_weights
 from davinci.tracking import MetricLogger, NullLogger
 from davinci.types import Problem
 

@@ -3,12 +3,8 @@ subprocess on a free port, serving a tiny checkpoint (no mocked client, no mocke
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,7 +16,6 @@ from davinci.llm.config import ModelConfig
 from davinci.llm.server import ServerProcess
 from davinci.llm.types import Sampling
 
-REPO = Path(__file__).resolve().parents[2]
 PROMPTS = [[{"role": "system", "content": "You are terse."}, {"role": "user", "content": "def f(x):"}], [{"role": "user", "content": "import torch\n" * 3}]]
 
 

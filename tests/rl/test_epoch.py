@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import davinci.rl.epoch as epoch_mod
 from davinci.config import profile_from_dict
 from davinci.llm.tiny import create_tiny_backbone
 from davinci.llm.types import Sampling
