@@ -66,3 +66,26 @@ def problem_record(problem: Problem, episode: Episode | None, max_turn: int | No
         "error_kind": res.error_kind if res else "no_code", "timing_label": res.timing_label if res else None,
         "device": res.device if res else None,
     }
+
+
+def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, n_boot: int = 10_000, seed: int = 0,
+                        level: float = 0.95) -> tuple[float, float, float]:
+    """(mean of after - before, CI low, CI high): percentile bootstrap over problems, pairs kept together.
+
+    The same problems are scored before and after, so the unit of resampling is the problem's pair.
+
+    >>> paired_bootstrap_ci([0, 0, 0, 0], [1, 1, 1, 1])
+    (1.0, 1.0, 1.0)
+    >>> d, lo, hi = paired_bootstrap_ci([0, 1, 0, 1, 0, 0], [1, 1, 1, 1, 0, 0])
+    >>> round(d, 3), lo <= d <= hi, lo >= 0.0
+    (0.333, True, True)
+    """
+    import numpy as np
+
+    if len(before) != len(after) or not before:
+        raise ValueError(f"paired scores need equal, non-zero lengths (got {len(before)} and {len(after)})")
+    diff = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)  # [P] one difference per problem
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)  # [n_boot]
+    tail = (1.0 - level) / 2 * 100
+    return float(diff.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
