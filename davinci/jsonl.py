@@ -34,8 +34,10 @@ def write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def append_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> None:
-    """Append whole lines (creating the file)."""
-    with Path(path).open("ab") as fh:
+    """Append whole lines (creating the file and its folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as fh:
         fh.write(_blob(rows))
 
 
