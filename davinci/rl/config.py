@@ -20,6 +20,9 @@ class RLConfig:
     epochs: int = 2
     # Problems per epoch (0 = all training problems).
     problems_per_epoch: int = 4
+    # Draw the same problems every epoch (a fixed probe set: the reward curve then tracks the policy, not
+    # the draw) instead of a new seeded draw per epoch.
+    fixed_problems: bool = False
     # Per-turn reward (davinci.rl.rewards.REWARDS): correct_plus_speedup (Dr. Kernel), kevin, sol, milestone.
     reward: str = "correct_plus_speedup"
     # Advantage estimator (davinci.rl.advantages.ADVANTAGES): trloo, grpo, reinforce_baseline.

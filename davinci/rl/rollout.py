@@ -88,11 +88,18 @@ class TimedCall:
 
 
 def select_problems(problems: Sequence[Any], cfg: RLConfig, *, seed: int, epoch: int) -> list[Any]:
-    """`cfg.problems_per_epoch` problems (0 = all), a seeded choice per epoch, in a stable order."""
+    """`cfg.problems_per_epoch` problems (0 = all), a seeded choice per epoch (or the same every epoch with
+    `rl.fixed_problems`, so a reward curve tracks the policy, not the draw), in a stable order.
+
+    >>> cfg = RLConfig(problems_per_epoch=2, fixed_problems=True)
+    >>> select_problems("abcde", cfg, seed=0, epoch=0) == select_problems("abcde", cfg, seed=0, epoch=5)
+    True
+    """
     k = cfg.problems_per_epoch
     if k <= 0 or k >= len(problems):
         return list(problems)
-    order = np.random.default_rng([seed, epoch, 7]).permutation(len(problems))[:k]
+    draw = 0 if cfg.fixed_problems else epoch
+    order = np.random.default_rng([seed, draw, 7]).permutation(len(problems))[:k]
     return [problems[int(i)] for i in sorted(order)]
 
 
