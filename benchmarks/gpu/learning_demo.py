@@ -66,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.smoke_cpu:
         args.synthetic, args.heldout_every, args.heldout_max, args.probe = 24, 3, 4, 3
         args.epochs, args.group_size, args.hidden, args.layers, args.sft_steps, args.device = 1, 2, 32, 1, 20, "cpu"
+        args.set = ["agents.max_new_tokens=48", "gym.workers=1", *args.set]
     return args
 
 
