@@ -145,20 +145,13 @@ class Served:
             return self.backend.generate(prompts, sampling)
 
 
-def create_app(backbone: Any, model_name: str, gen_batch_size: int = 16, *, version: str = "", frozen: bool = False):
-    """The FastAPI app serving `backbone` under `model_name` (weights `version`; `frozen`: no updates)."""
-    from fastapi import FastAPI, HTTPException
-
-    app = FastAPI(title="davinci-kernel chat completions")
-    served = Served(backbone, model_name, version or model_name, gen_batch_size, frozen)
+def add_weight_routes(app: Any, served: Served) -> None:
+    """`/v1/models` and the weight-update endpoints (see the module docstring)."""
+    from fastapi import HTTPException
 
     def updatable() -> None:
         if served.frozen:
             raise HTTPException(status_code=403, detail="runtime weight updates are disabled on this server (--frozen)")
-
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -197,6 +190,20 @@ def create_app(backbone: Any, model_name: str, gen_batch_size: int = 16, *, vers
             served.adapters.clear()
             served.version = req.version or req.model_path
         return {"success": True, "message": "Succeeded to update model weights.", "version": served.version}
+
+
+def create_app(backbone: Any, model_name: str, gen_batch_size: int = 16, *, version: str = "", frozen: bool = False):
+    """The FastAPI app serving `backbone` under `model_name` (weights `version`; `frozen`: no updates)."""
+    from fastapi import FastAPI, HTTPException
+
+    app = FastAPI(title="davinci-kernel chat completions")
+    served = Served(backbone, model_name, version or model_name, gen_batch_size, frozen)
+
+    add_weight_routes(app, served)
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
 
     @app.post("/v1/chat/completions")
     def chat(req: ChatRequest) -> dict[str, Any]:
