@@ -39,6 +39,7 @@ PROFILE = dict(max_seq_len=8192, max_new_tokens=2048, batch_size=32, grad_accum=
 
 
 DEVICE = "cuda"
+OOM = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 def build_model(checkpointing: bool) -> torch.nn.Module:
@@ -48,7 +49,10 @@ def build_model(checkpointing: bool) -> torch.nn.Module:
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device(DEVICE):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        try:
+            model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        except TypeError:  # transformers < 4.56 names it torch_dtype
+            model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.bfloat16)
     model.config.use_cache = False
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -93,7 +97,7 @@ def run_row(name: str, n_samples: int, checkpointing: bool, reference_logprobs: 
             torch.cuda.synchronize()
         row.update(status="ok", peak_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0, step_s=time.perf_counter() - t0,
                    tokens=int(metrics["tokens"]), loss=metrics["loss"])
-    except torch.OutOfMemoryError:
+    except OOM:
         row.update(status="OOM", peak_gib=torch.cuda.max_memory_allocated() / 2**30)
     finally:
         trainer.response_logprobs = response_logprobs

@@ -54,11 +54,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from davinci.kernelgym.result import EvalResult
 from davinci.registry import Registry
 from davinci.rl.config import RLConfig
+
+if TYPE_CHECKING:  # the trainer imports this module; it must not pull the evaluator package in at runtime
+    from davinci.kernelgym.result import EvalResult
 
 # ---------------------------------------------------------------------------------------------------
 # Typed reads of an EvalResult
@@ -94,6 +96,8 @@ def coverage_of(result: EvalResult) -> float:
 
 def minimal_result(correct: bool, speedup: float | None, **fields: Any) -> EvalResult:
     """A minimal EvalResult (doctests and hand-computed tests): the fields rewards read, the rest empty."""
+    from davinci.kernelgym.result import EvalResult
+
     base = dict(problem_id="p", candidate_hash="h", backend="triton", compiled=True, correct=correct,
                 numerics_ok=correct, flags=(), error_kind=None if correct else "mismatch", error="", feedback="",
                 device="cpu", timing_label="cpu", speedup=speedup)
