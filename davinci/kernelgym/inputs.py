@@ -71,23 +71,53 @@ _SAME_SIZE_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 @DISTRIBUTIONS.register("spikes")
 def spikes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """The native values, except a few (about 8 per tensor, at most one in 16384) multiplied by 4-64.
+    """The native values, except a few (about 16 per tensor, at most one in 8192) pushed 4-64 times the
+    tensor's largest magnitude further out, away from zero.
 
     Almost every value stays in the problem's own range, so an approximation chosen because a sample of the
     input looked native (a lookup table, a truncated series, skipping the max of a softmax) meets the few
-    that are not, wherever they are. Which values move is decided by the value's bits and a seeded salt, not
-    its position: equal entries move together (symmetry, triangles and zeros survive; signs too).
+    that are not. Which values move: outside the tensor's first eighth and every row's first eighth (where a
+    sample is usually taken), by a seeded hash of the position; in a square matrix, by a hash of the value instead, so equal entries move
+    together and symmetry and triangles survive. Zeros and signs always do.
     """
     if not x.is_floating_point() or x.element_size() not in _SAME_SIZE_INT or not x.numel():
         return x
     salt = int(torch.randint(0, 1 << 30, (), generator=gen, device=gen.device))
     factor = 2.0 ** float(2.0 + 4.0 * torch.rand((), generator=gen, device=gen.device))
-    rate = int(min(16384, max(64, x.numel() // 8)))
+    top = max(float(c.abs().max()) for c in _chunks(x))
+    by_value = x.dim() >= 2 and x.shape[-1] == x.shape[-2]
+    skip = 0 if by_value else max(1, x.numel() // 8)
+    cols = int(x.shape[-1]) if x.dim() else 1
+    rate = int(min(8192, max(32, (x.numel() - skip) // 16)))
+    start = 0
     for c in _chunks(x):
-        bits = c.view(_SAME_SIZE_INT[c.element_size()]).to(torch.int64)
-        mixed = ((bits ^ salt) * 0x9E3779B1) >> 16  # a multiplicative hash: every bit of the value matters
+        if by_value:
+            key = c.view(_SAME_SIZE_INT[c.element_size()]).to(torch.int64)
+        else:
+            key = torch.arange(start, start + c.numel(), device=c.device, dtype=torch.int64)
+        mixed = ((key ^ salt) * 0x9E3779B1) >> 16  # a multiplicative hash: every bit of the key matters
         picked = (mixed & 0x7FFFFFFF) % rate == 0
-        c.mul_(torch.where(picked, factor, 1.0).to(c.dtype))
+        if not by_value:  # not in the flat first eighth, nor in the first eighth of any row
+            picked &= (key >= skip) & (key % cols >= cols // 8)
+        c.add_(torch.where(picked, torch.sign(c) * (factor * top), 0.0).to(c.dtype))
+        start += c.numel()
+    return x
+
+
+@DISTRIBUTIONS.register("reshaped")
+def reshaped(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The same range, another shape: |x| / max|x| raised to a drawn power k in [1/4, 4] (sign, zeros,
+    symmetry and the largest magnitude kept). Every value stays where the native ones lie, so a shortcut that
+    checks the range and then relies on the native *distribution* (a normaliser estimated from sum(x) for
+    uniform entries, say) meets inputs it was not fitted to."""
+    if not x.is_floating_point() or not x.numel():
+        return x
+    top = max(float(c.abs().max()) for c in _chunks(x))
+    if top == 0.0:
+        return x
+    k = 4.0 ** float(2.0 * torch.rand((), generator=gen, device=gen.device) - 1.0)
+    for c in _chunks(x):
+        c.copy_(torch.sign(c) * top * (c.abs() / top) ** k)
     return x
 
 

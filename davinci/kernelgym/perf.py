@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from davinci.kernelgym.baselines import DiskCache, cache_key
-from davinci.kernelgym.job import (CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, profile_pass, ref,
-                                   wants_profile)
+from davinci.kernelgym.audit import audit_rounds
+from davinci.kernelgym.job import CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, ref, wants_profile
 from davinci.kernelgym.lane import wake
 from davinci.kernelgym.sol import roofline_violation, sol_percent
 from davinci.kernelgym.stats import defended, launch_allowance, should_stop
@@ -332,8 +332,10 @@ def timing(job: Job) -> None:
                 break
             if time.monotonic() + 2 * took > job.run_deadline:
                 break
-        if rnd and job.defer_profile and job.lane.cuda and wants_profile(job):
-            profile_pass(job, sets[0])  # after every timed call: see job.profile_pass
+        if rnd and job.error_kind is None and not job.evidence.timed_mismatch:
+            # after every scored round: timed requests with the evidence on (audit.py; the profiled one last,
+            # CUPTI stays attached)
+            audit_rounds(job, sets, rng, acc, canary_limit(job), profile=job.defer_profile and wants_profile(job))
     finally:
         job.evidence.timing_rounds = rnd
         job.perf = {"samples": acc["samples"], "walls": acc["walls"], "rounds": rnd, "rotation": r,

@@ -228,6 +228,10 @@ class Harness:
             self._collect_after = True
 
     def _time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        if h.get("audit"):
+            return self._audit(h, blobs)
+        if h.get("profile") and self.cuda:
+            return self._profiled(h, blobs)
         t0 = self._perf()
         sets = [self.slots[name] for name in h["sets"]]
         for slot, descs in zip(sets, h.get("fill") or []):
@@ -261,6 +265,33 @@ class Harness:
                 # where the request's time went, by this process's own clock (a diagnostic, never a figure)
                 "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
                               "outputs": (self._perf() - t3) * 1e3}}, out_blobs
+
+    def _audit(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """An audit round (audit.py): the same timed request, its fill and calls run with every large PyTorch
+        result poisoned (accounting.py) and, on the CPU, the kernels' stores recorded. Its samples are never
+        used; its outputs are checked like any round's."""
+        mode = PoisonMode()
+        self.stores.start()
+        try:
+            with mode:
+                reply, out_blobs = self._time({**h, "audit": False}, blobs)
+        finally:
+            self.stores.stop()
+        reply["torch_ops"] = mode.poisoned[:32]
+        if self.stores.installed and reply.get("ok"):
+            reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
+        self.stores.stores = []
+        return reply, out_blobs
+
+    def _profiled(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """The profiled audit round (GPU): the same timed request under torch.profiler; every kernel and copy."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            reply, out_blobs = self._time({**h, "profile": False}, blobs)
+            self._sync()
+        reply["kernels"] = _profiled_kernels(prof)
+        return reply, out_blobs
 
     def _warm(self, args: list[Any], reps: int) -> None:
         self.timer.warmup(self.model, args, reps)
@@ -310,14 +341,7 @@ class Harness:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             self.model(*slot)
             self._sync()
-        kernels: dict[str, float] = {}
-        for e in prof.key_averages():
-            if str(getattr(e, "device_type", "")).endswith("CUDA"):
-                us = getattr(e, "device_time_total", None)
-                us = us if us is not None else getattr(e, "cuda_time_total", 0.0)
-                kernels[e.key] = kernels.get(e.key, 0.0) + float(us)
-        top = sorted(kernels.items(), key=lambda kv: -kv[1])[:64]
-        return {"ok": True, "kernels": top}, []
+        return {"ok": True, "kernels": _profiled_kernels(prof)}, []
 
     def op_integrity(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         return {"ok": True, "patched": guards.changed(self.refs) + guards.objects_changed(self.objects0),
@@ -346,6 +370,17 @@ class Harness:
                     gc.collect(1)
         except ChannelError:
             return 3
+
+
+def _profiled_kernels(prof: Any, top: int = 64) -> list[tuple[str, float]]:
+    """Device time (us) per kernel or copy name that the profiler recorded, largest first."""
+    kernels: dict[str, float] = {}
+    for e in prof.key_averages():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            us = getattr(e, "device_time_total", None)
+            us = us if us is not None else getattr(e, "cuda_time_total", 0.0)
+            kernels[e.key] = kernels.get(e.key, 0.0) + float(us)
+    return sorted(kernels.items(), key=lambda kv: -kv[1])[:top]
 
 
 def _init_device(device: str) -> None:

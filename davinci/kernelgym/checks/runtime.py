@@ -53,6 +53,7 @@ class Evidence:
     timing_rounds: int = 0
     gpu_busy: str | None = None                 # a baseline's idle probe found the GPU held by other work
     torch_compute: str | None = None            # accounting.py: the answer depended on PyTorch's own results
+    watched: str | None = None                  # audit.py: far slower when the accounting was on
     host_compute: str | None = None             # CPU: the output's values were not stored by the kernels
     coverage: float | None = None               # own kernels' share of forward time (profiler, or CPU launch clock)
     min_coverage: float = 0.0
@@ -107,6 +108,13 @@ def host_compute(ev: Evidence) -> str | None:
     """On the CPU: the output's elements were not written by the candidate's kernels (the interpreter's
     record of every store, compared with the values the forward returned)."""
     return ev.host_compute
+
+
+@RUNTIME_CHECKS.register("watched_behaviour")
+def watched_behaviour(ev: Evidence) -> str | None:
+    """A timed request with the evaluator's accounting on took far longer than the scored ones: the
+    candidate runs other code when it can see it is watched (audit.py)."""
+    return ev.watched
 
 
 @RUNTIME_CHECKS.register("low_coverage")
@@ -213,8 +221,9 @@ WALL_FLAG_RATIO = 1.5
 
 # A clock that runs slow in the candidate's process: its requests take longer than the twin's harness cost
 # plus what it reported in at least this share of the rounds (an honest one: about half), by a median of
-# at least EXCESS_MIN_MS and EXCESS_MIN_REL of what it reported, over at least EXCESS_MIN_ROUNDS rounds.
-EXCESS_SHARE, EXCESS_MIN_MS, EXCESS_MIN_REL, EXCESS_MIN_ROUNDS = 0.85, 0.5, 0.25, 6
+# at least EXCESS_MIN_MS and EXCESS_MIN_REL of what it reported, over at least EXCESS_MIN_ROUNDS rounds
+# (honest candidates measured on a loaded 2-core box: median excess 2-10% of what they reported).
+EXCESS_SHARE, EXCESS_MIN_MS, EXCESS_MIN_REL, EXCESS_MIN_ROUNDS = 0.85, 0.5, 0.25, 3
 
 
 def slow_clock(excess: list[float], reported: list[float]) -> str | None:
