@@ -8,7 +8,7 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
     audit A  every large PyTorch result of the fill and the calls poisoned (accounting.PoisonMode), and on the
              CPU the kernels' stores recorded: a spot-checked output that no longer matches is `torch_compute`,
              an output the kernels did not store is `host_compute`; a request that took far longer than the
-             scored rounds (3x their median wall + 1 ms) means the candidate behaves differently when it can
+             scored rounds (10x their median wall + 5 ms) means the candidate behaves differently when it can
              see it is watched (`watched_behaviour`);
     audit B  (GPU) the calls under torch.profiler: every kernel and copy of timed calls, for the coverage and
              decoy checks (CUPTI stays attached afterwards, so this is the last request timed at all).
@@ -27,8 +27,9 @@ from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, ref
 
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
-# behaves differently when watched: honest code pays only the dispatch mode's few microseconds per op.
-WATCHED_RATIO, WATCHED_SLACK_MS = 3.0, 1.0
+# behaves differently when watched. Honest code pays the dispatch mode's microseconds per op and, on the CPU,
+# the store record: up to 3.3x measured for Triton-interpreter kernels on a loaded 2-core box.
+WATCHED_RATIO, WATCHED_SLACK_MS = 10.0, 5.0
 
 
 def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float | None,

@@ -93,8 +93,26 @@ def _get(getter: Callable[[], Any]) -> Any:
         return _MISSING
 
 
+def c_entry(fn: Any) -> tuple[int, int] | None:
+    """(PyMethodDef address, C function pointer) behind a builtin function, read from the object's memory
+    (PyCFunctionObject.m_ml at offset 16, PyMethodDef.ml_meth at offset 8 on 64-bit CPython). A candidate
+    that rewrites the C pointer through ctypes keeps the Python object's identity; this sees the change."""
+    import ctypes
+    import types
+
+    if not isinstance(fn, types.BuiltinFunctionType) or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None
+    try:
+        m_ml = ctypes.c_void_p.from_address(id(fn) + 16).value
+        return (m_ml, ctypes.c_void_p.from_address(m_ml + 8).value) if m_ml else None
+    except (ValueError, OSError):
+        return None
+
+
 def capture() -> dict[str, Any]:
     out = {label: _get(getter) for label, getter in WATCHED.items()}
+    # the C entry points of the watched builtins (a clock whose C pointer was swapped keeps its identity)
+    out.update({f"cfn:{label}": (fn, c_entry(fn)) for label, fn in list(out.items()) if c_entry(fn) is not None})
     # the code objects of the watched Python functions too: a swapped __code__ keeps the identity
     out.update({f"code:{label}": (fn, fn.__code__) for label, fn in list(out.items()) if hasattr(fn, "__code__")})
     out.update(_harness_functions())
@@ -152,6 +170,9 @@ def changed(captured: dict[str, Any]) -> list[str]:
     """Labels whose current object is not the one captured before the candidate was imported."""
     now = _harness_functions()
     bad = [label for label, obj in captured.items() if label in WATCHED and _get(WATCHED[label]) is not obj]
+    for label, (fn, entry) in ((k, v) for k, v in captured.items() if k.startswith("cfn:")):
+        if c_entry(fn) != entry:
+            bad.append(f"{label.removeprefix('cfn:')} (its C function pointer)")
     for label, (fn, code) in ((k, v) for k, v in captured.items() if k.startswith("code:")):
         if getattr(fn, "__code__", None) is not code:
             bad.append(f"{label.removeprefix('code:')}.__code__")
