@@ -65,7 +65,8 @@ CONNECT_TIMEOUT_S = 20.0     # to reach a scheduler
 WORKER_WAIT_S = 60.0         # for the first worker of a scheduler (a local cluster's start included)
 NO_WORKER_S = 300.0          # a batch with no worker left this long gives up on what is not done
 RETRIES = 2                  # re-runs of a chunk whose task raised (a dead worker is Dask's allowed-failures)
-POLL_S = 0.1
+POLL_S = 0.1                 # how often finished chunks are collected
+WORKER_CHECK_S = 5.0         # how often a batch with nothing finishing asks whether any worker is left
 MAX_AUTO_CHUNK = 16
 CHUNK_EVENTS = "kernelgym-chunks"
 
@@ -212,9 +213,9 @@ def close_clients(setting: str | None = None) -> None:
     """Close the client of `setting` (every client when None) and the local cluster it started; repeatable."""
     with _LOCK:
         names = [setting] if setting is not None else list(_CLIENTS) + list(_LOCAL_CLUSTERS)
-        closing = [c for name in dict.fromkeys(names) for c in (_CLIENTS.pop(name, None), _LOCAL_CLUSTERS.pop(name, None))
-                   if c is not None]
-    for c in closing:
+        pairs = [(_CLIENTS.pop(name, None), _LOCAL_CLUSTERS.pop(name, None)) for name in dict.fromkeys(names)]
+    closing = [c for pair in pairs for c in pair if c is not None]
+    for c in closing:  # the client first, then its local cluster
         _PLUGGED.discard(id(c))
         try:
             c.close()
@@ -313,8 +314,8 @@ def collect(client: Client, futures: dict[Future, list[int]], items: Sequence[tu
     results: dict[int, EvalResult] = {}
     pending = dict(futures)
     bar = _progress(len(items)) if progress else None
+    t0 = last_check = time.monotonic()
     no_worker_since: float | None = None
-    t0 = time.monotonic()
     while pending:
         done = [f for f in pending if f.done()]
         for fut in done:
@@ -325,18 +326,19 @@ def collect(client: Client, futures: dict[Future, list[int]], items: Sequence[tu
                 results[i] = r
             if bar is not None:
                 bar.update(len(indices))
-        if done:
-            continue
-        if client.scheduler_info(n_workers=-1).get("workers"):
-            no_worker_since = None
-        elif no_worker_since is None:
-            no_worker_since = time.monotonic()
-        elif time.monotonic() - no_worker_since > NO_WORKER_S:
-            for fut, indices in pending.items():
-                fut.cancel()
-                results.update(_failed(indices, items, f"no Dask worker left for {NO_WORKER_S:.0f} s", t0))
-            pending.clear()
-        time.sleep(POLL_S)
+        now = time.monotonic()
+        if pending and not done and now - last_check > WORKER_CHECK_S:
+            last_check = now
+            if client.scheduler_info(n_workers=-1).get("workers"):
+                no_worker_since = None
+            elif no_worker_since is None:
+                no_worker_since = now
+            elif now - no_worker_since > NO_WORKER_S:
+                for fut, indices in pending.items():
+                    fut.cancel()
+                    results.update(_failed(indices, items, f"no Dask worker left for {NO_WORKER_S:.0f} s", t0))
+                pending.clear()
+        time.sleep(POLL_S if pending else 0)
     if bar is not None:
         bar.close()
     return results

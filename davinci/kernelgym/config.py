@@ -138,4 +138,5 @@ class GymConfig:
     def __post_init__(self) -> None:
         parse_cluster(self.cluster)
         if self.cluster_chunk < 0:
-            raise ConfigError(f"gym.cluster_chunk = {self.cluster_chunk} is negative", "set 0 (auto) or a positive size")
+            raise ConfigError(f"gym.cluster_chunk = {self.cluster_chunk} is negative",
+                              "set 0 (auto) or a positive chunk size")

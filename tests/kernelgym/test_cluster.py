@@ -114,6 +114,39 @@ def test_unreachable_scheduler_is_one_clear_error(monkeypatch):
     assert "dask scheduler" in err.value.hint and time.monotonic() - t0 < 30
 
 
+class _Pending:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error, self.cancelled = error, False
+
+    def done(self) -> bool:
+        return self.error is not None
+
+    def result(self):
+        raise self.error
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _NoWorkers:
+    def scheduler_info(self, n_workers: int = -1) -> dict:
+        return {"workers": {}}
+
+
+def test_chunks_that_never_finish_or_kill_workers_become_internal_verdicts(monkeypatch, problem, candidate):
+    from distributed.scheduler import KilledWorker
+
+    monkeypatch.setattr(cluster, "NO_WORKER_S", 0.2)
+    monkeypatch.setattr(cluster, "WORKER_CHECK_S", 0.05)
+    p = problem("relu")
+    items = [(p, candidate("honest_relu", p))] * 3
+    stuck, deadly = _Pending(), _Pending(KilledWorker("kernelgym-x-0", None, 3))
+    results = cluster.collect(_NoWorkers(), {deadly: [0], stuck: [1, 2]}, items, progress=False)
+    assert sorted(results) == [0, 1, 2] and all(r.error_kind == "internal" for r in results.values())
+    assert "killed 4 Dask workers" in results[0].error and "no Dask worker left" in results[1].error
+    assert stuck.cancelled
+
+
 def test_local_worker_specs_give_each_worker_one_gpu():
     specs = cluster.local_worker_specs(3, gpus=2)
     assert [s["options"]["env"]["CUDA_VISIBLE_DEVICES"] for s in specs.values()] == ["0", "1", "0"]
