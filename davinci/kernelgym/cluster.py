@@ -94,12 +94,25 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
+def stack_versions() -> dict[str, str]:
+    """The packages a verdict depends on besides kernelgym itself (read from metadata: nothing imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("torch", "triton"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "missing"
+    return out
+
+
 def worker_report() -> dict[str, Any]:
     """Runs on a worker (`Client.run`): what it can evaluate with."""
     from davinci.kernelgym.evaluator import gpu_count
 
-    return {"kernelgym": source_hash(), "host": socket.gethostname(), "pid": os.getpid(),
-            "gpus": gpu_count(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    return {"kernelgym": source_hash(), "versions": stack_versions(), "host": socket.gethostname(),
+            "pid": os.getpid(), "gpus": gpu_count(), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
 
 
 def evaluate_chunk(config: GymConfig, indices: list[int], items: list[tuple[Problem, Candidate]],
@@ -252,6 +265,13 @@ def check_reports(reports: Mapping[str, Any], resources: Mapping[str, Mapping[st
             f"{len(stale)} of {len(reports)} Dask workers run a different kernelgym source than this process "
             f"(e.g. {stale[0]}: {reports[stale[0]].get('kernelgym')} vs {mine}); verdicts would differ",
             "check out the same commit on every node and restart its workers")
+    versions = stack_versions()
+    other = sorted(addr for addr, r in reports.items() if r.get("versions", versions) != versions)
+    if other:
+        raise ClusterError(
+            f"{len(other)} of {len(reports)} Dask workers run other torch/triton versions than this process "
+            f"(e.g. {other[0]}: {reports[other[0]].get('versions')} vs {versions}); verdicts would differ",
+            "install the project's pinned versions (pip install -e .) in every worker's environment")
     gpu_workers = sum(1 for addr in reports if float((resources.get(addr) or {}).get("GPU", 0)) >= 1)
     if device == "cuda" and not gpu_workers:
         raise ClusterError(

@@ -82,7 +82,8 @@ def test_local_setting_never_touches_dask(monkeypatch):
 
 
 def _report(**kw):
-    return {"kernelgym": cluster.source_hash(), "host": "node1", "pid": 1, "gpus": 0, **kw}
+    return {"kernelgym": cluster.source_hash(), "versions": cluster.stack_versions(), "host": "node1", "pid": 1,
+            "gpus": 0, **kw}
 
 
 def test_preflight_accepts_matching_workers_and_uses_gpus_when_declared():
@@ -97,6 +98,7 @@ def test_preflight_accepts_matching_workers_and_uses_gpus_when_declared():
     ({}, "auto", "has no workers"),
     ({"a": _report(), "b": ModuleNotFoundError("No module named 'davinci'")}, "auto", "cannot run kernelgym"),
     ({"a": _report(kernelgym="0123456789abcdef")}, "auto", "different kernelgym source"),
+    ({"a": _report(versions={"torch": "1.0", "triton": "1.0"})}, "auto", "other torch/triton versions"),
     ({"a": _report()}, "cuda", "declares a GPU"),
 ])
 def test_preflight_errors_name_the_fix(reports, device, words):
@@ -235,7 +237,7 @@ def _busy_worker(client, timeout: float) -> str:
     while time.monotonic() < deadline:
         busy = [w for w, keys in client.processing().items() if any("kernelgym-" in str(k) for k in keys)]
         if busy:
-            time.sleep(1.5)  # well inside the chunk
+            time.sleep(1.0)  # well inside the chunk
             return busy[0]
         time.sleep(0.1)
     raise AssertionError("no worker picked up a chunk")
@@ -243,7 +245,7 @@ def _busy_worker(client, timeout: float) -> str:
 
 @pytest.mark.slow
 def test_killed_worker_mid_batch_every_verdict_exactly_once(items, configs, expected):
-    config = dataclasses.replace(configs[1], cluster_chunk=2)
+    config = dataclasses.replace(configs[1], cluster_chunk=3)  # 4 chunks of ~3-9 s on warm lanes
     client = cluster.get_client(config.cluster)
     before = len(client.get_events(cluster.CHUNK_EVENTS))
     pids = client.run(os.getpid)
