@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from davinci.errors import ConfigError
@@ -254,6 +255,7 @@ def test_killed_worker_mid_batch_every_verdict_exactly_once(items, configs, expe
     runner.start()
     victim = _busy_worker(client, timeout=120)
     assert runner.is_alive()  # mid-batch
+    lanes = psutil.Process(pids[victim]).children(recursive=True)  # its reference worker, zygote, candidates
     os.kill(pids[victim], signal.SIGKILL)
     runner.join(timeout=240)
     assert not runner.is_alive() and "results" in out
@@ -262,6 +264,8 @@ def test_killed_worker_mid_batch_every_verdict_exactly_once(items, configs, expe
     started = sorted(i for indices in starts for i in indices)
     assert len(started) > len(items) and set(started) == set(range(len(items)))  # the dead chunk re-ran
     assert len(client.scheduler_info()["workers"]) >= 1
+    _, alive = psutil.wait_procs(lanes, timeout=15)
+    assert not alive, f"the dead worker's lane processes outlived it: {alive}"
 
 
 @pytest.mark.slow
