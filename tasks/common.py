@@ -2,36 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Mapping
 
 from davinci.config.loader import build
+from davinci.jsonl import read_jsonl  # the engine's one JSONL helper; tasks read through it too
 from davinci.tracking import MetricLogger
 from davinci.types import Problem
 
 
-def read_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    with Path(path).open() as fh:
-        for line in fh:
-            if line.strip():
-                yield json.loads(line)
-
-
-def write_jsonl(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    count = 0
-    with tmp.open("w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
-            count += 1
-    tmp.replace(path)
-    return count
-
-
 def load_problems(path: str | Path) -> list[Problem]:
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no problems file {path}")
     return [Problem.from_dict(d) for d in read_jsonl(path)]
 
 

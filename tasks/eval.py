@@ -1,16 +1,13 @@
 """Task of the eval stage: the final checkpoint and library on the eval problems; per-problem results, fast_p.
 
-The policy gets `eval.turns` turns per problem with greedy decoding (one sample per problem, as KernelBench
-scores sample 0), skills selected from the given library version (or none with `eval.use_skills: false`),
-and the evaluator's feedback between turns. A problem's result is its best turn: the fastest correct one,
-else the last; a problem with no code at all is a failure. fast_p follows KernelBench exactly (strict >,
-N = every eval problem); it is reported vs eager and vs torch.compile, overall and per level, and also for
-the first turn alone. Episodes are appended problem chunk by chunk, so an interrupted eval resumes.
+The loop itself (greedy turns, best turn per problem, resume by chunks) is the engine's
+`davinci.agents.evaluation`; this task loads the model and library, calls it, and writes the tables.
+fast_p follows KernelBench exactly (strict >, N = every eval problem); it is reported vs eager and vs
+torch.compile, overall and per level, and also for the first turn alone.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,89 +15,54 @@ from typing import Any, Sequence
 from prefect import task
 
 from artifacts.refs import StageOutputs
+from davinci.jsonl import write_jsonl
 from tasks.caching import cache_key_fn
-from tasks.common import load_problems, read_jsonl
+from tasks.common import load_problems
 from tasks.plots import line_plot
 
 SCOPES = ("davinci",)
-CHUNK = 4
 
 
-def _eval_profile(profile: dict[str, Any]) -> Any:
-    """The profile with the agents set for evaluation: eval turns, one greedy sample, no summaries."""
-    from davinci.config import profile_from_dict
-
-    p = profile_from_dict(profile)
-    agents = dataclasses.replace(p.agents, turns=p.eval.turns, group_size=1, summarize=False)
-    gym = dataclasses.replace(p.gym, cpu_compile_baseline=p.gym.cpu_compile_baseline or p.eval.compile_baseline_on_cpu)
-    return dataclasses.replace(p, agents=agents, gym=gym)
-
-
-def _run_chunks(profile: Any, problems: Sequence[Any], checkpoint_dir: str, store_root: str, version: int,
-                episodes_path: Path) -> None:
-    from davinci.agents import run_episodes
+def _run(profile: Any, problems: Sequence[Any], checkpoint_dir: str, store_root: str, version: int,
+         episodes_path: Path) -> dict[str, Any]:
+    """The engine's eval loop (`davinci.agents.evaluation.run_eval`) with the real backend and evaluator."""
+    from davinci.agents.evaluation import read_episodes, run_eval
     from davinci.kernelgym import evaluate_batch
     from davinci.llm import Backbone, make_backend
+    from davinci.rl.checkpoint import load_trainer_state_meta
+    from davinci.rl.weightsync import sync_served_weights
     from davinci.skills import SkillStore
 
-    done = {row["problem_id"] for row in read_jsonl(episodes_path)} if episodes_path.exists() else set()
-    todo = [p for p in problems if p.id not in done]
-    if not todo:
-        return
+    if all(p.id in read_episodes(episodes_path) for p in problems):
+        return read_episodes(episodes_path)  # a resumed run with nothing left: load no model
     backbone = Backbone.load(checkpoint_dir, profile.model)
     backend = make_backend(backbone, profile.model)
+    step = int(load_trainer_state_meta(Path(checkpoint_dir))["global_step"])
+    sync_served_weights(backend, checkpoint_dir, profile, global_step=step)  # a server evaluates these weights
     library = SkillStore(Path(store_root)).load(version) if profile.eval.use_skills else ()
-
-    def evaluate_fn(items):  # noqa: ANN001, ANN202 - the agents' EvaluateFn
-        return evaluate_batch(items, profile.gym, progress=False)
-
-    for start in range(0, len(todo), CHUNK):
-        episodes = run_episodes(todo[start : start + CHUNK], library, backend, profile, epoch=-1, group_size=1,
-                                greedy=profile.eval.greedy, evaluate_fn=evaluate_fn)
-        with episodes_path.open("a") as fh:
-            for ep in episodes:
-                fh.write(json.dumps(ep.to_dict()) + "\n")
-
-
-def problem_record(problem: Any, episode: dict[str, Any] | None, max_turn: int | None = None) -> dict[str, Any]:
-    """One row per eval problem: the best turn (fastest correct, else the last), within `max_turn` turns."""
-    turns = [t for t in (episode or {}).get("turns", []) if max_turn is None or t["index"] < max_turn]
-    scored = [t for t in turns if t.get("result")]
-    correct = [t for t in scored if t["result"].get("correct")]
-    best = max(correct, key=lambda t: t["result"].get("speedup") or 0.0) if correct else (scored[-1] if scored else None)
-    res = (best or {}).get("result") or {}
-    runtime = res.get("runtime") or {}
-    return {
-        "problem_id": problem.id, "name": problem.name, "level": problem.level,
-        "turn": best["index"] if best else None, "turns": len(turns),
-        "compiled": bool(res.get("compiled")), "correct": bool(res.get("correct")),
-        "speedup": res.get("speedup"), "speedup_compile": res.get("speedup_compile"),
-        "speedup_ci": res.get("speedup_ci"), "runtime_ms": runtime.get("median_ms") if isinstance(runtime, dict) else None,
-        "sol_percent": res.get("sol_percent"), "flags": list(res.get("flags") or []),
-        "error_kind": res.get("error_kind") if best else "no_code", "timing_label": res.get("timing_label"),
-        "device": res.get("device"),
-    }
+    return run_eval(profile, problems, backend, library, lambda items: evaluate_batch(items, profile.gym, progress=False), episodes_path)
 
 
 @task(name="eval-policy", retries=1, retry_delay_seconds=5, cache_key_fn=cache_key_fn(SCOPES), persist_result=True)
 def evaluate_policy(checkpoint_dir: str, store_root: str, library_version: int, problems_path: str,
                     profile: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    from davinci.agents.evaluation import eval_profile, problem_record
+    from davinci.config import profile_from_dict
     from davinci.kernelgym.metrics import fast_p_table, format_table, plot_fast_p
 
-    prof = _eval_profile(profile)
+    prof = eval_profile(profile_from_dict(profile))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     problems = load_problems(problems_path)
     problems = problems[: prof.eval.limit] if prof.eval.limit else problems
     episodes_path = out / "episodes.jsonl"
-    _run_chunks(prof, problems, checkpoint_dir, store_root, library_version, episodes_path)
-    episodes = {row["problem_id"]: row for row in read_jsonl(episodes_path)}
+    episodes = _run(prof, problems, checkpoint_dir, store_root, library_version, episodes_path)
     records = [problem_record(p, episodes.get(p.id)) for p in problems]
     first = [problem_record(p, episodes.get(p.id), max_turn=1) for p in problems]
     levels = {lvl: sum(1 for p in problems if p.level == lvl) for lvl in {p.level for p in problems}}
     table = fast_p_table(records, ps=prof.eval.p_values, n_total=levels)
     first_table = fast_p_table(first, ps=prof.eval.p_values, n_total=levels)
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_jsonl(out / "results.jsonl", records)
     (out / "fast_p.json").write_text(json.dumps({"best_turn": table, "first_turn": first_table}, indent=2))
     (out / "fast_p.md").write_text(f"## best of {prof.eval.turns} turns\n\n{format_table(table)}\n\n"
                                    f"## first turn\n\n{format_table(first_table)}\n")

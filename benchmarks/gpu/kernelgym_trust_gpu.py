@@ -63,6 +63,24 @@ def corpus(cuda: bool) -> list[tuple[str, str, Problem, Candidate]]:
     return items
 
 
+def _leaks(cache: Path) -> list[str]:
+    """What a cross-evaluation cheat left behind: its `c2_marker*` files anywhere it might write, and a
+    changed nice value or CPU affinity of this process (the evaluator's own)."""
+    import glob
+    import os
+
+    import torch
+
+    roots = ["/tmp", "/dev/shm", str(FIX.parents[2]), str(Path(torch.__file__).parents[1]), str(cache)]
+    found = [p for r in roots for p in glob.glob(f"{r}/**/c2_marker*", recursive=True)]
+    if os.getpriority(os.PRIO_PROCESS, 0) != NICE0 or os.sched_getaffinity(0) != AFFINITY0:
+        found.append("nice or affinity of the evaluator's process")
+    return found
+
+
+NICE0, AFFINITY0 = None, None
+
+
 def run(device: str, presets: list[str]) -> list[dict]:
     rows = []
     for preset in presets:
@@ -74,9 +92,13 @@ def run(device: str, presets: list[str]) -> list[dict]:
                 t0 = time.monotonic()
                 r = ev.evaluate(p, c, seed=7)
                 ok = (r.correct and not r.flags) if kind == "honest" else (not r.correct or bool(r.flags))
+                error = r.error or ""
+                if kind == "cheat" and "Class: cross_eval" in c.code:  # honest outputs; the property is "nothing leaked"
+                    leaks = _leaks(Path(ev.cfg.cache_dir))
+                    ok, error = not leaks, (f"leaked: {leaks[:3]}" if leaks else error)
                 rows.append({"preset": preset, "kind": kind, "name": name, "ok": ok, "correct": r.correct,
                              "flags": list(r.flags), "error_kind": r.error_kind, "speedup": r.speedup,
-                             "wall_s": round(time.monotonic() - t0, 2), "error": (r.error or "")[:300],
+                             "wall_s": round(time.monotonic() - t0, 2), "error": error[:300],
                              "layers": {k: v for k, v in (r.details.get("sandbox") or {}).items() if k != "errors"}})
                 log(f"{preset} {kind} {name}: {'ok' if ok else 'FAIL'} correct={r.correct} flags={r.flags} "
                     f"kind={r.error_kind} speedup={r.speedup}")
@@ -88,6 +110,10 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--presets", default="strict,runtime")
     args = ap.parse_args()
+    import os
+
+    global NICE0, AFFINITY0
+    NICE0, AFFINITY0 = os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
     rows = run(args.device, args.presets.split(","))
     text = table([[r["preset"], r["kind"], r["name"], "ok" if r["ok"] else "FAIL", r["correct"], ",".join(r["flags"]),
                    r["error_kind"], r["speedup"]] for r in rows],

@@ -1,10 +1,13 @@
 """Episodes: what one rollout of the three agents on one problem produced (exact types of the contract).
 
 An `Episode` holds every call of the backbone (`Generation`: the agent, its prompt messages, the backend's
-`GenOutput`, whether its output parsed) and, per policy turn, the candidate and the evaluator's verdict
-(`EvalResult.to_dict()`). That is everything the trainer needs: rewards come from the verdicts, and the
+`GenOutput`, whether its output parsed) and, per policy turn, the candidate and the evaluator's typed
+verdict (`EvalResult`; serialized with `to_dict`). That is everything the trainer needs: rewards come from the verdicts, and the
 trainable tokens of each generation are exactly `output.response_ids` (the prompt, with the problem,
 retrieved skill text, earlier attempts and evaluator feedback, is context only).
+
+"Best turn" has one rule, `best_turn(turns)`: the fastest correct turn (earliest on ties), else the last
+evaluated turn, else None. Summaries, the eval stage's per-problem record and skill usage all use it.
 
 Episodes of one (problem_id, epoch) form a group (advantages are computed within it). `to_dict` gives
 JSON-safe plain data (tuples become lists); `Episode.from_dict(json.loads(json.dumps(e.to_dict()))) == e`.
@@ -13,8 +16,9 @@ JSON-safe plain data (tuples become lists); `Episode.from_dict(json.loads(json.d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+from davinci.kernelgym.result import EvalResult
 from davinci.llm.types import AgentRole, GenOutput, Message
 from davinci.types import Candidate
 
@@ -64,34 +68,43 @@ class Generation:
 
 @dataclass(frozen=True)
 class Turn:
-    """One policy turn: its generation, the parsed candidate (None: no code) and the verdict dict."""
+    """One policy turn: its generation, the parsed candidate (None: no code) and the evaluator's verdict."""
 
     index: int
     generation: Generation
     candidate: Candidate | None
-    result: dict | None  # EvalResult.to_dict(); None when there was nothing to evaluate
+    result: EvalResult | None  # None when there was nothing to evaluate
 
     @property
     def correct(self) -> bool:
-        return bool(self.result and self.result.get("correct"))
+        return self.result is not None and self.result.correct
 
     @property
     def speedup(self) -> float | None:
-        value = self.result.get("speedup") if self.result else None
-        return float(value) if value is not None else None
+        return self.result.speedup if self.result is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "generation": self.generation.to_dict(),
             "candidate": self.candidate.to_dict() if self.candidate else None,
-            "result": self.result,
+            "result": self.result.to_dict() if self.result is not None else None,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Turn":
         cand = Candidate.from_dict(d["candidate"]) if d.get("candidate") else None
-        return cls(int(d["index"]), Generation.from_dict(d["generation"]), cand, d.get("result"))
+        result = EvalResult.from_dict(d["result"]) if d.get("result") else None
+        return cls(int(d["index"]), Generation.from_dict(d["generation"]), cand, result)
+
+
+def best_turn(turns: Sequence[Turn]) -> Turn | None:
+    """The fastest correct turn (earliest on ties), else the last evaluated turn, else None."""
+    correct = [t for t in turns if t.correct]
+    if correct:
+        return max(correct, key=lambda t: (t.speedup if t.speedup is not None else 0.0, -t.index))
+    evaluated = [t for t in turns if t.result is not None]
+    return evaluated[-1] if evaluated else None
 
 
 @dataclass(frozen=True)
@@ -114,12 +127,9 @@ class Episode:
     def solved(self) -> bool:
         return any(t.correct for t in self.turns)
 
-    def best_turn(self) -> Turn | None:
-        """The correct turn with the highest speedup (earliest on ties); None when no turn is correct."""
-        correct = [t for t in self.turns if t.correct]
-        if not correct:
-            return None
-        return max(correct, key=lambda t: (t.speedup if t.speedup is not None else 0.0, -t.index))
+    def best_turn(self, max_turns: int | None = None) -> Turn | None:
+        """`best_turn` of the first `max_turns` turns (all when None)."""
+        return best_turn(self.turns if max_turns is None else [t for t in self.turns if t.index < max_turns])
 
     def generations(self) -> list[Generation]:
         """Every backbone call of the episode in order: selection, turns, summary."""

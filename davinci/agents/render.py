@@ -25,6 +25,7 @@ from string import Template
 from typing import Sequence
 
 from davinci.agents.config import AgentsConfig
+from davinci.kernelgym.result import EvalResult
 from davinci.llm.types import Message
 from davinci.skills import SUMMARY_SCHEMA, Skill, rerank_messages
 from davinci.types import Backend, Problem
@@ -143,12 +144,12 @@ def selection_messages(
     return [{"role": m["role"], "content": m["content"]} for m in msgs]  # type: ignore[misc]
 
 
-def result_line(result: dict | None) -> str:
+def result_line(result: EvalResult | None) -> str:
     """One sentence on the measured speed of a correct kernel (empty when nothing was timed)."""
-    speedup = (result or {}).get("speedup")
+    speedup = result.speedup if result is not None else None
     if speedup is None:
         return ""
-    label = "GPU" if (result or {}).get("timing_label") == "cuda" else "CPU"
+    label = "GPU" if result.timing_label == "cuda" else "CPU"
     return f"Measured speedup over PyTorch eager: {float(speedup):.2f}x ({label} timing)."
 
 
@@ -157,7 +158,7 @@ def summary_messages(
     kernel_code: str,
     skills_used: Sequence[Skill] = (),
     *,
-    result: dict | None = None,
+    result: EvalResult | None = None,
     backend: Backend = "triton",
 ) -> list[Message]:
     """The summary agent's prompt: a correct kernel (the best turn of an episode) -> one skill as JSON."""

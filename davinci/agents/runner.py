@@ -33,6 +33,7 @@ from davinci.agents.episode import Episode, Generation, Turn
 from davinci.agents.parsers import extract_code
 from davinci.agents.render import Attempt, policy_messages, selection_messages, summary_messages, template
 from davinci.errors import DavinciError
+from davinci.kernelgym.result import EvalResult
 from davinci.llm.types import GenerationBackend, GenOutput, Message, Sampling
 from davinci.skills import BM25Retriever, Example, Skill, SkillProvenance, parse_rerank, parse_skill_json
 from davinci.tracking import MetricLogger
@@ -97,7 +98,7 @@ class _Run:
         self.gen_seconds += time.perf_counter() - start
         return list(outs)
 
-    def evaluate(self, fn: EvaluateFn, items: list[tuple[Problem, Candidate]]) -> list[dict]:
+    def evaluate(self, fn: EvaluateFn, items: list[tuple[Problem, Candidate]]) -> list[EvalResult]:
         if not items:
             return []
         start = time.perf_counter()
@@ -108,7 +109,10 @@ class _Run:
                 f"evaluate_fn returned {len(results)} results for {len(items)} candidates",
                 "evaluate_fn must return one EvalResult per (problem, candidate), in order (kernelgym.evaluate_batch does)",
             )
-        return [r.to_dict() if hasattr(r, "to_dict") else dict(r) for r in results]
+        bad = [type(r).__name__ for r in results if not isinstance(r, EvalResult)]
+        if bad:
+            raise DavinciError(f"evaluate_fn returned {bad[0]}, not EvalResult", "return kernelgym EvalResults (evaluate_batch does)")
+        return results
 
 
 def library_skills(library: Any) -> list[Skill]:
@@ -149,7 +153,8 @@ def select_skills(drafts: list[_Draft], retriever: Any, run: _Run) -> None:
         d.selection = Generation("selection", tuple(prompt), out, result.ok)
 
 
-def _stops(turn: Turn, cfg: Any) -> bool:
+def stops(turn: Turn, cfg: Any) -> bool:
+    """The early-stop rule (`agents.stop_when`): does this turn end its episode? (rl.rewards absorbs it.)"""
     if cfg.stop_when == "never" or not turn.correct:
         return False
     return cfg.stop_when == "correct" or (turn.speedup or 0.0) >= cfg.stop_speedup
@@ -178,9 +183,9 @@ def policy_turn(drafts: list[_Draft], index: int, evaluate_fn: EvaluateFn, run: 
         result = next(results) if cand is not None else None
         turn = Turn(index, Generation("policy", tuple(prompt), out, parse.ok), cand, result)
         d.turns.append(turn)
-        feedback = result.get("feedback", "") if result else template("policy_noparse").template
+        feedback = result.feedback if result is not None else template("policy_noparse").template
         d.history.append(Attempt(cand.code if cand else None, out.text, feedback, turn.correct))
-        d.done = _stops(turn, cfg)
+        d.done = stops(turn, cfg)
 
 
 def _summary_drafts(drafts: list[_Draft], per_problem: int) -> list[_Draft]:
@@ -190,8 +195,9 @@ def _summary_drafts(drafts: list[_Draft], per_problem: int) -> list[_Draft]:
     for d in drafts:
         by_problem.setdefault(d.problem.id, []).append(d)
     for group in by_problem.values():
-        solved = [(d, d.freeze(0).best_turn()) for d in group]
-        ranked = sorted(((d, t) for d, t in solved if t is not None), key=lambda x: (-(x[1].speedup or 0.0), x[0].sample_index))
+        best = [(d, d.freeze(0).best_turn()) for d in group]
+        solved = [(d, t) for d, t in best if t is not None and t.correct]
+        ranked = sorted(solved, key=lambda x: (-(x[1].speedup or 0.0), x[0].sample_index))
         chosen.extend(d for d, _ in (ranked[:per_problem] if per_problem > 0 else ranked))
     return chosen
 
@@ -200,7 +206,7 @@ def summarize(drafts: list[_Draft], run: _Run) -> None:
     """Summary of each chosen solved episode's best turn -> candidate skill (or the rejection reason)."""
     cfg = run.profile.agents
     todo = _summary_drafts(drafts, cfg.summaries_per_problem)
-    pairs = [(d, t, t.candidate) for d, t in ((d, d.freeze(run.epoch).best_turn()) for d in todo) if t and t.candidate]
+    pairs = [(d, t, t.candidate) for d, t in ((d, d.freeze(run.epoch).best_turn()) for d in todo) if t and t.correct and t.candidate]
     prompts = [summary_messages(d.problem, c.code, d.selected, result=t.result, backend=c.backend) for d, t, c in pairs]
     outs = run.generate(prompts, run.sampling(cfg.summary_max_new_tokens, SUMMARY_STAGE))
     for (d, _, cand), prompt, out in zip(pairs, prompts, outs):

@@ -2,8 +2,11 @@
 
 Detection reads the source (the `ast` module plus the string constants that hold CUDA code); it never
 imports the candidate:
-- "triton": a function decorated with `triton.jit` / `triton.autotune` / `triton.heuristics` (any alias);
-- "cuda":   `torch.utils.cpp_extension.load_inline` / `load` / `CUDAExtension`, or `__global__` in a string;
+- "triton": a function decorated with `triton.jit` / `triton.autotune` / `triton.heuristics` (any alias), or
+            wrapped by a call of one (`kernel = triton.jit(fn)`);
+- "cuda":   a call of `torch.utils.cpp_extension.load_inline` / `load` / `CUDAExtension`, however imported
+            (the import statements decide; the word "load" alone, as in `tl.load`, does not), with the
+            `__global__` names of its string constants as kernel names;
 - "torch":  neither (no custom kernel at all).
 A source with both is "cuda" when it declares CUDA kernels and launches no Triton one, else "triton"
 (the declared `Candidate.backend` only breaks ties). Kernel names feed the runtime decoy check: profiler
@@ -46,29 +49,72 @@ def _string_constants(tree: ast.AST) -> list[str]:
     return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 
+def _cpp_extension_names(tree: ast.AST) -> set[str]:
+    """Local names bound to torch.utils.cpp_extension or to one of its loaders, read from the imports."""
+    names = {"cpp_extension"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("cpp_extension"):
+            names.update(a.asname or a.name for a in node.names if a.name in _CUDA_LOADERS)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "") == "torch.utils":
+            names.update(a.asname or a.name for a in node.names if a.name == "cpp_extension")
+        elif isinstance(node, ast.Import):
+            names.update(a.asname for a in node.names if a.name.endswith("cpp_extension") and a.asname)
+    return names
+
+
+def _dotted(node: ast.expr) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _loads_extension(tree: ast.AST) -> bool:
+    """A call of torch.utils.cpp_extension.load_inline / load / CUDAExtension, however imported: structure,
+    not the word "load" (every `tl.load` would match that)."""
+    bound = _cpp_extension_names(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _dotted(node.func)
+        head, _, last = name.rpartition(".")
+        if last in _CUDA_LOADERS - {"cpp_extension"} and head.split(".")[-1] in bound:
+            return True
+        if not head and last in bound and last != "cpp_extension":
+            return True
+    return False
+
+
+def _triton_kernels(tree: ast.AST) -> tuple[str, ...]:
+    """Functions decorated with triton.jit / autotune / heuristics, or wrapped by a call of one
+    (`kernel = triton.jit(fn)`)."""
+    found = [n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             and any(_decorator_name(d) in _TRITON_DECORATORS for d in n.decorator_list)]
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _decorator_name(node.func) in _TRITON_DECORATORS:
+            found += [a.id for a in node.args if isinstance(a, ast.Name) and a.id in defined]
+    return tuple(dict.fromkeys(found))
+
+
 def detect_backend(code: str, declared: str | None = None) -> BackendInfo:
     """Backend and kernel names of `code`; a syntax error gives backend "torch" with no kernels."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return BackendInfo("torch", (), (), False)
-    triton = tuple(
-        n.name for n in ast.walk(tree)
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-        and any(_decorator_name(d) in _TRITON_DECORATORS for d in n.decorator_list)
-    )
-    cuda = tuple(dict.fromkeys(m.group(1) for s in _string_constants(tree) for m in _GLOBAL_FN.finditer(s)))
-    loads = any(
-        (isinstance(n, ast.Attribute) and n.attr in _CUDA_LOADERS)
-        or (isinstance(n, ast.Name) and n.id in _CUDA_LOADERS)
-        or (isinstance(n, ast.alias) and n.name.split(".")[-1] in _CUDA_LOADERS)
-        for n in ast.walk(tree)
-    )
-    if triton and (cuda or loads):
+    triton = _triton_kernels(tree)
+    loads = _loads_extension(tree)
+    # __global__ functions count only in a source that builds an extension (a docstring mentioning one is text)
+    cuda = tuple(dict.fromkeys(m.group(1) for s in _string_constants(tree) for m in _GLOBAL_FN.finditer(s))) if loads else ()
+    if triton and loads:
         backend: DetectedBackend = "cuda" if declared == "cuda" else "triton"
     elif triton:
         backend = "triton"
-    elif cuda or loads:
+    elif loads:
         backend = "cuda"
     else:
         backend = "torch"

@@ -46,7 +46,7 @@ class GymConfig:
     # Wall-clock limit for everything after the build: correctness trials, checks and timing.
     run_timeout_s: float = 120.0
     # Correctness trials, each with fresh inputs; trial i uses distributions[i % len(distributions)].
-    correctness_trials: int = 3
+    correctness_trials: int = 5
     # Baselines timed live next to the candidate: eager and/or torch.compile.
     baselines: tuple[Literal["eager", "compile"], ...] = ("eager", "compile")
     measure_performance: bool = True
@@ -58,7 +58,8 @@ class GymConfig:
 
     # --- correctness ---
     # Input distributions cycled over the trials (kernelgym.inputs.DISTRIBUTIONS).
-    distributions: tuple[str, ...] = ("native", "scaled", "heavy_tail")
+    # Timing rounds cycle through them too, and each round's spot-checked output is compared on them.
+    distributions: tuple[str, ...] = ("native", "scaled", "heavy_tail", "spikes", "reshaped")
     # Elementwise tolerance |out-ref| <= tol*max(1, rms(ref)) + tol*|ref| for fp32 (KernelBench's 1e-4) ...
     tol_fp32: float = 1e-4
     # ... and for fp16 / bf16 (KernelBench's 1e-2).

@@ -33,7 +33,7 @@ from davinci.kernelgym.gpugate import GateBusy
 from davinci.errors import DavinciError
 from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
                                    cleanup, correctness, derive_seed, describe_exit, fork_twin, gather_evidence, gpu_phase,
-                                   load_problem, log_tail, probe_isolation, ref, account_pass)
+                                   load_problem, log_tail, probe_isolation, ref, account_pass, accounts)
 from davinci.kernelgym.isolation import REQUIRED
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
@@ -262,13 +262,14 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
         with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
             _timing(job)
-        if job.perf.get("rounds") and not job.timing_incomplete:
-            _accounting(job)  # and after: the last call the candidate sees is accounted for too
+        if job.perf.get("rounds") and not job.timing_incomplete and job.error_kind is None:
+            gather_evidence(job)  # identities again: a patch made during timing shows up too
 
 
 def _accounting(job: Job) -> None:
     found = job.evidence.torch_compute or job.evidence.host_compute
-    if job.error_kind is None and job.numerics_ok and "torch_compute" in job.checks and not found:
+    # (with the determinism check on, trial 0's second call was the accounting call already)
+    if job.error_kind is None and job.numerics_ok and accounts(job) and not found and not job.cfg.determinism_check:
         with gpu_phase(job, "shared"):
             job.run_deadline = max(job.run_deadline, time.monotonic() + min(60.0, job.cfg.run_timeout_s))
             account_pass(job)
@@ -448,6 +449,7 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                  "timing_sources": job.perf.get("sources", {}), "allowance_ms": job.perf.get("allowance_ms"),
                  "eager_timer": job.perf.get("eager_timer"), "timing_incomplete": job.timing_incomplete or None,
                  "wall_floor_ratios": [round(r, 3) for r in job.evidence.wall_floor_ratios],
+                 "wall_excess_ms": [round(e, 3) for e in job.evidence.wall_excess_ms],
                  "advice": {f.check: f.reason for f in job.advice},
                  "work": job.info.get("work"), "transport_note": lane.transport_note},
     )

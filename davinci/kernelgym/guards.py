@@ -95,6 +95,8 @@ def _get(getter: Callable[[], Any]) -> Any:
 
 def capture() -> dict[str, Any]:
     out = {label: _get(getter) for label, getter in WATCHED.items()}
+    # the code objects of the watched Python functions too: a swapped __code__ keeps the identity
+    out.update({f"code:{label}": (fn, fn.__code__) for label, fn in list(out.items()) if hasattr(fn, "__code__")})
     out.update(_harness_functions())
     return out
 
@@ -121,14 +123,39 @@ def _harness_functions() -> dict[str, Any]:
     return out
 
 
+def _watched_attrs(obj: Any) -> dict[str, Any]:
+    """The attributes of a harness object whose identity must not change: callables (saved clocks,
+    synchronize, exit) and the harness's own objects (its timer, recorder, channel)."""
+    out = {}
+    for name, value in list(getattr(obj, "__dict__", {}).items()):
+        if callable(value) or type(value).__module__.startswith("davinci.kernelgym"):
+            out[name] = value
+    return out
+
+
+def capture_objects(objects: dict[str, Any]) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Identities of the watched attributes of live harness objects (`label` -> (object, {attr: value}))."""
+    return {label: (obj, _watched_attrs(obj)) for label, obj in objects.items()}
+
+
+def objects_changed(captured: dict[str, tuple[Any, dict[str, Any]]]) -> list[str]:
+    """`label.attr` of every watched attribute now bound to another object (or removed): a candidate that
+    found the harness's timer through frames or gc and swapped its saved clock shows up here."""
+    bad = []
+    for label, (obj, attrs) in captured.items():
+        now = getattr(obj, "__dict__", {})
+        bad += [f"{label}.{name}" for name, value in attrs.items() if now.get(name, _MISSING) is not value]
+    return bad
+
+
 def changed(captured: dict[str, Any]) -> list[str]:
     """Labels whose current object is not the one captured before the candidate was imported."""
     now = _harness_functions()
-    bad = [label for label, obj in captured.items() if not label.startswith("harness:") and _get(WATCHED[label]) is not obj]
-    for label, value in captured.items():
-        if not label.startswith("harness:"):
-            continue
-        fn, code = value
+    bad = [label for label, obj in captured.items() if label in WATCHED and _get(WATCHED[label]) is not obj]
+    for label, (fn, code) in ((k, v) for k, v in captured.items() if k.startswith("code:")):
+        if getattr(fn, "__code__", None) is not code:
+            bad.append(f"{label.removeprefix('code:')}.__code__")
+    for label, (fn, code) in ((k, v) for k, v in captured.items() if k.startswith("harness:")):
         current = now.get(label)
         if current is None or current[0] is not fn or fn.__code__ is not code:
             bad.append(label.removeprefix("harness:"))

@@ -66,6 +66,61 @@ def heavy_tail(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return x
 
 
+_SAME_SIZE_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@DISTRIBUTIONS.register("spikes")
+def spikes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The native values, except a few (about 16 per tensor, at most one in 8192) pushed 4-64 times the
+    tensor's largest magnitude further out, away from zero.
+
+    Almost every value stays in the problem's own range, so an approximation chosen because a sample of the
+    input looked native (a lookup table, a truncated series, skipping the max of a softmax) meets the few
+    that are not. Which values move: outside the tensor's first eighth and every row's first eighth (where a
+    sample is usually taken), by a seeded hash of the position; in a square matrix, by a hash of the value instead, so equal entries move
+    together and symmetry and triangles survive. Zeros and signs always do.
+    """
+    if not x.is_floating_point() or x.element_size() not in _SAME_SIZE_INT or not x.numel():
+        return x
+    salt = int(torch.randint(0, 1 << 30, (), generator=gen, device=gen.device))
+    factor = 2.0 ** float(2.0 + 4.0 * torch.rand((), generator=gen, device=gen.device))
+    top = max(float(c.abs().max()) for c in _chunks(x))
+    by_value = x.dim() >= 2 and x.shape[-1] == x.shape[-2]
+    skip = 0 if by_value else max(1, x.numel() // 8)
+    cols = int(x.shape[-1]) if x.dim() else 1
+    rate = int(min(8192, max(32, (x.numel() - skip) // 16)))
+    start = 0
+    for c in _chunks(x):
+        if by_value:
+            key = c.view(_SAME_SIZE_INT[c.element_size()]).to(torch.int64)
+        else:
+            key = torch.arange(start, start + c.numel(), device=c.device, dtype=torch.int64)
+        mixed = ((key ^ salt) * 0x9E3779B1) >> 16  # a multiplicative hash: every bit of the key matters
+        picked = (mixed & 0x7FFFFFFF) % rate == 0
+        if not by_value:  # not in the flat first eighth, nor in the first eighth of any row
+            picked &= (key >= skip) & (key % cols >= cols // 8)
+        c.add_(torch.where(picked, torch.sign(c) * (factor * top), 0.0).to(c.dtype))
+        start += c.numel()
+    return x
+
+
+@DISTRIBUTIONS.register("reshaped")
+def reshaped(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The same range, another shape: |x| / max|x| raised to a drawn power k in [1/4, 4] (sign, zeros,
+    symmetry and the largest magnitude kept). Every value stays where the native ones lie, so a shortcut that
+    checks the range and then relies on the native *distribution* (a normaliser estimated from sum(x) for
+    uniform entries, say) meets inputs it was not fitted to."""
+    if not x.is_floating_point() or not x.numel():
+        return x
+    top = max(float(c.abs().max()) for c in _chunks(x))
+    if top == 0.0:
+        return x
+    k = 4.0 ** float(2.0 * torch.rand((), generator=gen, device=gen.device) - 1.0)
+    for c in _chunks(x):
+        c.copy_(torch.sign(c) * top * (c.abs() / top) ** k)
+    return x
+
+
 def native_inputs(get_inputs: Callable[[], Sequence[Any]], seed: int, device: str) -> list[Any]:
     """The problem's `get_inputs()` drawn on `device` under `seed`; tensors made on the host are moved."""
     torch.manual_seed(seed % (2 ** 63 - 1))

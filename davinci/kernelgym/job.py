@@ -438,6 +438,9 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
 
 
 def _trial(job: Job, t: int) -> bool:
+    """Trial t: fresh inputs of distribution t, the candidate's call checked by the reference worker. Trial 0
+    runs twice on differently poisoned memory (determinism); its second call is also the accounting call
+    (accounting.py), so a second run costs no extra trial."""
     cfg = job.cfg
     slot, dist = f"in{t}", cfg.distributions[t % len(cfg.distributions)]
     alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
@@ -447,11 +450,16 @@ def _trial(job: Job, t: int) -> bool:
     trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": job.trial_seeds[t], "dist": dist,
                                   "targets": alloc.get("descs")})
     fill = trial.get("fill")
-    runs = [(f"a{t}", POISON[0])] + ([(f"b{t}", POISON[1])] if t == 0 and cfg.determinism_check else [])
+    runs = [(f"a{t}", POISON[0], False)] + ([(f"b{t}", POISON[1], accounts(job))] if t == 0 and cfg.determinism_check else [])
     ok, tags = True, []
-    for tag, poison in runs:
-        check = _run_once(job, slot, tag, poison, fill, fill_blobs)
+    for tag, poison, account in runs:
+        saved = (job.error_kind, job.error)
+        check = _run_once(job, slot, tag, poison, fill, fill_blobs, account=account)
         tags.append(tag)
+        if account:
+            job.error_kind, job.error = saved  # the poisoned call is evidence, never the verdict itself
+            _account_evidence(job, check)
+            break
         if check is None:
             ok = False
             break
@@ -462,7 +470,7 @@ def _trial(job: Job, t: int) -> bool:
             break
         if job.worst is None or c["max_abs_error"] >= job.worst["max_abs_error"]:
             job.worst = c
-    if ok and len(tags) == 2:
+    if ok and len(tags) == 2 and not job.evidence.torch_compute:  # (a changed answer is evidence already)
         pair, _ = ref(job, {"op": "pair", "a": tags[0], "b": tags[1]})
         if not pair["comparison"]["ok"]:
             job.evidence.nondeterministic = pair["comparison"]["reason"]
@@ -473,14 +481,31 @@ def _trial(job: Job, t: int) -> bool:
     return ok
 
 
+def accounts(job: Job) -> bool:
+    """Whether this evaluation runs the accounting call (its checks are enabled)."""
+    return "torch_compute" in job.checks or "host_compute" in job.checks
+
+
+def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
+    """The accounting call's result as evidence: a failed or changed answer is `torch_compute`, an output the
+    kernels did not store is `host_compute` (CPU)."""
+    if check is None:
+        job.evidence.torch_compute = "the forward failed once PyTorch's own results were poisoned"
+    elif not check["comparison"]["ok"]:
+        job.evidence.torch_compute = f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
+    share = job.last_kernel_share
+    if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
+        job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "
+                                     "kernels stored there; the rest was computed elsewhere (NumPy, Python)")
+
+
 # At least this share of the output's elements must be what the candidate's kernels stored (CPU accounting).
 KERNEL_SHARE_MIN = 0.5
 
 
 def account_pass(job: Job) -> None:
-    """One more forward on fresh inputs with every large PyTorch result poisoned (accounting.py), checked
-    by the reference worker: a mismatch means PyTorch, not the candidate's kernels, computed the answer.
-    Runs before timing and again after it (the last call the candidate sees is accounted for too)."""
+    """One accounting call on fresh inputs (accounting.py), for an evaluation whose trial 0 ran once (no
+    determinism check): checked by the reference worker like a trial, its result is evidence only."""
     slot, tag = "acct", "acct"
     alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
     if not alloc.get("ok"):
@@ -490,15 +515,8 @@ def account_pass(job: Job) -> None:
                                   "targets": alloc.get("descs")})
     saved = (job.error_kind, job.error)
     check = _run_once(job, slot, tag, POISON[0], trial.get("fill"), fill_blobs, account=True)
-    if check is None:  # the forward failed only because PyTorch's results were poisoned: the same evidence
-        job.error_kind, job.error = saved
-        job.evidence.torch_compute = "the forward failed once PyTorch's own results were poisoned"
-    elif not check["comparison"]["ok"]:
-        job.evidence.torch_compute = f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
-    share = job.last_kernel_share
-    if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
-        job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "
-                                     "kernels stored there; the rest was computed elsewhere (NumPy, Python)")
+    job.error_kind, job.error = saved
+    _account_evidence(job, check)
     ref(job, {"op": "drop", "trials": [slot], "kept": [tag]})
     ask(job, {"op": "release", "tags": [tag], "slots": [slot]})
 
@@ -531,8 +549,8 @@ def gather_evidence(job: Job) -> None:
     if not reply.get("ok"):
         return
     ev = job.evidence
-    ev.patched = [str(p) for p in reply.get("patched", [])]
-    ev.state_changed = dict(reply.get("state_changed", {}))
+    ev.patched = list(dict.fromkeys([*ev.patched, *(str(p) for p in reply.get("patched", []))]))  # before + after timing
+    ev.state_changed.update(reply.get("state_changed", {}))
     threads = reply.get("threads") or []
     if len(threads) == 4:
         ev.python_threads = (int(threads[0]), int(threads[2]))

@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 from davinci.kernelgym.baselines import DiskCache, cache_key, device_model
-from davinci.kernelgym.job import (CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, profile_pass, ref,
-                                   wants_profile)
+from davinci.kernelgym.audit import audit_rounds
+from davinci.kernelgym.job import CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, ref, wants_profile
 from davinci.kernelgym.lane import wake
 from davinci.kernelgym.sol import roofline_violation, sol_percent
 from davinci.kernelgym.stats import defended, launch_allowance, should_stop
@@ -130,6 +130,8 @@ def _add_raw(acc: dict[str, Any], name: str, reply: dict[str, Any]) -> None:
     raw["host"] += hosts
     raw["launch"] += [h - float(a) for h, a in zip(hosts, after)] if len(after) == len(hosts) else hosts
     raw["overhead_ms"] = float(reply.get("overhead_ms", 0.0))
+    for phase, ms in (reply.get("phases_ms") or {}).items():
+        raw.setdefault("phases", {}).setdefault(str(phase), []).append(float(ms))
 
 
 def _defend_all(job: Job, acc: dict[str, Any]) -> None:
@@ -143,13 +145,17 @@ def _defend_all(job: Job, acc: dict[str, Any]) -> None:
         acc["samples"][name] = defended(r["event"], r["host"], allowance, job.lane.cuda, r["launch"],
                                         acc["ref_launch_ms"])
     if job.twin is not None and acc["samples"].get("eager"):
-        acc["samples"]["cand"], ratios = wall_floor(acc["samples"]["cand"], acc["walls"]["cand"],
-                                                    acc["samples"]["eager"], acc["walls"]["eager"], acc["rotation"])
-        job.evidence.wall_floor_ratios = ratios
+        sides = (acc["samples"]["cand"], acc["walls"]["cand"], acc["samples"]["eager"], acc["walls"]["eager"],
+                 acc["rotation"])
+        job.evidence.wall_excess_ms, job.evidence.reported_round_ms = wall_excess(*sides)
+        acc["samples"]["cand"], job.evidence.wall_floor_ratios = wall_floor(*sides)
 
 
-# The floor's slack for honest jitter of the host-side harness work: a fixed part and a share of the twin's gap.
-WALL_SLACK_MS, WALL_SLACK_REL = 0.2, 0.1
+# The floor's slack for honest jitter of the host-side harness work: a fixed part, a share of the twin's gap and
+# a multiple of the gap's own spread over the rounds (its median absolute deviation).
+WALL_SLACK_MS, WALL_SLACK_REL, WALL_SLACK_MAD = 0.2, 0.1, 3.0
+# ... and a share of the round's own reported time (scheduling noise on a loaded host grows with the request)
+WALL_SLACK_CALLS = 0.02
 
 
 def wall_floor(cand: list[float], cand_walls: list[float], twin: list[float], twin_walls: list[float],
@@ -159,22 +165,44 @@ def wall_floor(cand: list[float], cand_walls: list[float], twin: list[float], tw
 
     Round i of each side is one timed request of `per_round` calls, clocked by the supervisor from sending
     it to receiving its reply (inputs, outputs and every call inside). The twin runs the same harness on the
-    problem's own Model, so its wall minus its reported total is the harness's own cost (the gap). Whatever
-    the candidate's process does to its timer, its calls cannot have taken less than
-    (its wall - the twin's gap - slack) / per_round: work moved before or after the timed calls, a timer that
-    lies, a result finished when the outputs leave, all stay inside its wall. Shapes: cand, twin [rounds*R].
+    problem's own Model, so its wall minus its reported total is the harness's own cost (the gap; its median
+    over the rounds, so one slow round of the twin's cannot lower the bar). Whatever the candidate's process
+    does to its timer, its calls cannot have taken less than (its wall - the gap - slack) / per_round: work
+    moved before or after the timed calls, a timer that lies, a result finished when the outputs leave, all
+    stay inside its wall. The slack grows with the gap's spread, so honest jitter never raises a figure.
+    Shapes: cand, twin [rounds*per_round]; walls [rounds].
     """
     out, ratios = list(cand), []
-    rounds = min(len(cand_walls), len(twin_walls), len(cand) // max(1, per_round), len(twin) // max(1, per_round))
+    r = max(1, per_round)
+    rounds = min(len(cand_walls), len(twin_walls), len(cand) // r, len(twin) // r)
+    if not rounds:
+        return out, ratios
+    gaps = [twin_walls[i] - sum(twin[i * r:(i + 1) * r]) for i in range(rounds)]
+    gap = statistics.median(gaps)
+    spread = statistics.median(abs(g - gap) for g in gaps)
+    slack = WALL_SLACK_MS + WALL_SLACK_REL * max(0.0, gap) + WALL_SLACK_MAD * spread
     for i in range(rounds):
-        lo, hi = i * per_round, (i + 1) * per_round
-        gap = twin_walls[i] - sum(twin[lo:hi])
-        floor = (cand_walls[i] - gap - WALL_SLACK_MS - WALL_SLACK_REL * max(0.0, gap)) / per_round
-        mean = sum(cand[lo:hi]) / per_round
+        lo, hi = i * r, (i + 1) * r
+        mean = sum(cand[lo:hi]) / r
+        floor = (cand_walls[i] - gap - slack) / r - WALL_SLACK_CALLS * mean
         ratios.append(floor / mean if mean > 0 else float("inf"))
         if mean > 0 and floor > mean:
             out[lo:hi] = [x * floor / mean for x in cand[lo:hi]]
     return out, ratios
+
+
+def wall_excess(cand: list[float], cand_walls: list[float], twin: list[float], twin_walls: list[float],
+                per_round: int) -> tuple[list[float], list[float]]:
+    """Per round: the candidate's wall minus the twin's median gap minus its reported total (ms; about 0 for
+    an honest candidate, whose harness cost is the twin's), and its reported total. A clock that runs slow
+    in the candidate's process shows as an excess in nearly every round (checks.wall_clock_mismatch)."""
+    r = max(1, per_round)
+    rounds = min(len(cand_walls), len(twin_walls), len(cand) // r, len(twin) // r)
+    if not rounds:
+        return [], []
+    gap = statistics.median(twin_walls[i] - sum(twin[i * r:(i + 1) * r]) for i in range(rounds))
+    totals = [sum(cand[i * r:(i + 1) * r]) for i in range(rounds)]
+    return [cand_walls[i] - gap - totals[i] for i in range(rounds)], totals
 
 
 def timing_sources(raw: dict[str, Any], allowance_ms: float = 0.0, launch_overhead_ms: float = 0.0) -> dict[str, dict[str, float]]:
@@ -189,7 +217,8 @@ def timing_sources(raw: dict[str, Any], allowance_ms: float = 0.0, launch_overhe
         launch = r.get("launch") or [0.0] * len(r["event"])
         host_bound = sum(1 for e, h, ln in zip(r["event"], r["host"], launch)
                          if max(h - allowance_ms, ln - launch_overhead_ms) > e)
-        out[name] = {"event_ms": statistics.median(r["event"]), "host_ms": statistics.median(r["host"]),
+        out[name] = {"phases_ms": {k: statistics.median(v) for k, v in (r.get("phases") or {}).items()},
+                     "event_ms": statistics.median(r["event"]), "host_ms": statistics.median(r["host"]),
                      "launch_ms": statistics.median(launch), "overhead_ms": r["overhead_ms"],
                      "allowance_ms": allowance_ms, "host_bound": host_bound / len(r["event"])}
     return out
@@ -303,8 +332,10 @@ def timing(job: Job) -> None:
                 break
             if time.monotonic() + 2 * took > job.run_deadline:
                 break
-        if rnd and job.defer_profile and job.lane.cuda and wants_profile(job):
-            profile_pass(job, sets[0])  # after every timed call: see job.profile_pass
+        if rnd and job.error_kind is None and not job.evidence.timed_mismatch:
+            # after every scored round: timed requests with the evidence on (audit.py; the profiled one last,
+            # CUPTI stays attached)
+            audit_rounds(job, sets, rng, acc, canary_limit(job), profile=job.defer_profile and wants_profile(job))
     finally:
         job.evidence.timing_rounds = rnd
         job.perf = {"samples": acc["samples"], "walls": acc["walls"], "rounds": rnd, "rotation": r,

@@ -26,6 +26,7 @@ the reference worker. The candidate's stdout/stderr go to the job's log file (re
 from __future__ import annotations
 
 import faulthandler
+import gc
 import importlib
 import importlib.util
 import os
@@ -118,6 +119,9 @@ class Harness:
         self.model: Any = None
         self.threads0 = guards.thread_counts()
         self.warmed = False
+        self._collect_after = False
+        self.objects0 = guards.capture_objects({"harness": self, "timer": self.timer, "recorder": self.rec,
+                                                "stores": self.stores, "channel": self.chan})
 
     # --- compile phase ---
     def load(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -213,17 +217,36 @@ class Harness:
         return reply, out_blobs
 
     def op_time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        # No cyclic garbage collection inside the clocked request (a pause there lands on whichever side it
+        # hits, and the wall-clock floor compares both sides' requests); the young generations are
+        # collected after the reply, outside the supervisor's clock.
+        gc.disable()
+        try:
+            return self._time(h, blobs)
+        finally:
+            gc.enable()
+            self._collect_after = True
+
+    def _time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        if h.get("audit"):
+            return self._audit(h, blobs)
+        if h.get("profile") and self.cuda:
+            return self._profiled(h, blobs)
+        t0 = self._perf()
         sets = [self.slots[name] for name in h["sets"]]
         for slot, descs in zip(sets, h.get("fill") or []):
             self._fill(slot, descs, blobs)
         self.kept.pop("timed", None)
+        t1 = self._perf()
         idle = self.timer.wait_idle(h.get("canary_limit_ms"))
         call = self.model  # the same call the reference worker times for the baselines
         if not self.warmed:
             self._warm(sets[0], int(h.get("warmup", 2)))
         before = guards.thread_counts()
         after: list[float] = []
+        t2 = self._perf()
         events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after)
+        t3 = self._perf()
         leaves = [flatten_outputs(o) for o in outs]
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
         self.kept["timed"] = leaves  # type: ignore[assignment]
@@ -238,7 +261,37 @@ class Harness:
             outputs.append(transport.encode(call_leaves, self.mode, out_blobs))
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()],
-                "canary_ms": idle[0], "canary_probes": idle[1], "outputs": outputs}, out_blobs
+                "canary_ms": idle[0], "canary_probes": idle[1], "outputs": outputs,
+                # where the request's time went, by this process's own clock (a diagnostic, never a figure)
+                "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
+                              "outputs": (self._perf() - t3) * 1e3}}, out_blobs
+
+    def _audit(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """An audit round (audit.py): the same timed request, its fill and calls run with every large PyTorch
+        result poisoned (accounting.py) and, on the CPU, the kernels' stores recorded. Its samples are never
+        used; its outputs are checked like any round's."""
+        mode = PoisonMode()
+        self.stores.start()
+        try:
+            with mode:
+                reply, out_blobs = self._time({**h, "audit": False}, blobs)
+        finally:
+            self.stores.stop()
+        reply["torch_ops"] = mode.poisoned[:32]
+        if self.stores.installed and reply.get("ok"):
+            reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
+        self.stores.stores = []
+        return reply, out_blobs
+
+    def _profiled(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """The profiled audit round (GPU): the same timed request under torch.profiler; every kernel and copy."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            reply, out_blobs = self._time({**h, "profile": False}, blobs)
+            self._sync()
+        reply["kernels"] = _profiled_kernels(prof)
+        return reply, out_blobs
 
     def _warm(self, args: list[Any], reps: int) -> None:
         self.timer.warmup(self.model, args, reps)
@@ -288,17 +341,10 @@ class Harness:
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             self.model(*slot)
             self._sync()
-        kernels: dict[str, float] = {}
-        for e in prof.key_averages():
-            if str(getattr(e, "device_type", "")).endswith("CUDA"):
-                us = getattr(e, "device_time_total", None)
-                us = us if us is not None else getattr(e, "cuda_time_total", 0.0)
-                kernels[e.key] = kernels.get(e.key, 0.0) + float(us)
-        top = sorted(kernels.items(), key=lambda kv: -kv[1])[:64]
-        return {"ok": True, "kernels": top}, []
+        return {"ok": True, "kernels": _profiled_kernels(prof)}, []
 
     def op_integrity(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
-        return {"ok": True, "patched": guards.changed(self.refs),
+        return {"ok": True, "patched": guards.changed(self.refs) + guards.objects_changed(self.objects0),
                 "state_changed": guards.state_diff(self.state0, guards.global_state()),
                 "threads": [*self.threads0, *guards.thread_counts()]}, []
 
@@ -319,8 +365,22 @@ class Harness:
                 except BaseException as exc:
                     reply, out_blobs = {"ok": False, "error": _tb(exc)}, []
                 self.chan.send(reply, out_blobs)
+                if self._collect_after:
+                    self._collect_after = False
+                    gc.collect(1)
         except ChannelError:
             return 3
+
+
+def _profiled_kernels(prof: Any, top: int = 64) -> list[tuple[str, float]]:
+    """Device time (us) per kernel or copy name that the profiler recorded, largest first."""
+    kernels: dict[str, float] = {}
+    for e in prof.key_averages():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            us = getattr(e, "device_time_total", None)
+            us = us if us is not None else getattr(e, "cuda_time_total", 0.0)
+            kernels[e.key] = kernels.get(e.key, 0.0) + float(us)
+    return sorted(kernels.items(), key=lambda kv: -kv[1])[:top]
 
 
 def _init_device(device: str) -> None:

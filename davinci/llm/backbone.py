@@ -69,6 +69,7 @@ class Backbone:
         self.device = device
         # Where the frozen base weights live when LoRA is on (recorded in saved checkpoints).
         self.base_path = base_path
+        self.source_dir = ""  # set by `load`: the checkpoint folder the live weights were read from
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
@@ -107,6 +108,7 @@ class Backbone:
             if cfg.lora:
                 model = wrap_lora(model, cfg)
         bb = cls(model, tokenizer, cfg, dev, base_path=base_path)
+        bb.source_dir = str(path)  # the folder these weights came from (merged weights at its root)
         bb.configure_training()
         return bb
 

@@ -1,8 +1,8 @@
 """Checkpoints for exact resume: mid-epoch resume files and the trainer state beside each epoch's model.
 
 Two kinds:
-- resume checkpoint (`<dir>/resume.pt`, written inside the epoch's output folder every
-  `rl.checkpoint_every` optimizer steps): trainable weights, AdamW state, RNG states (python, numpy,
+- resume checkpoint (`<dir>/resume-<global step>.pt`, written inside the epoch's output folder every
+  `rl.checkpoint_every` optimizer steps; the newest `rl.checkpoint_keep` are kept): trainable weights, AdamW state, RNG states (python, numpy,
   torch CPU and CUDA), and `Progress` (epoch, optimizer steps done in the epoch, global step, the epoch's
   sample order, the digest of the samples it trains on, the skill-library version, the davinci version).
   Loading it into a model built from the epoch's input checkpoint gives bit-identical state, so the
@@ -110,20 +110,37 @@ def load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:
             params[name].copy_(value.to(params[name].device, params[name].dtype))
 
 
-def save_resume(directory: Path, model: Any, optimizer: Any, progress: Progress) -> Path:
-    """Write `<directory>/resume.pt` atomically."""
-    path = Path(directory) / RESUME_FILE
+def resume_files(directory: Path) -> list[Path]:
+    """Resume checkpoints of a folder, newest first (`resume-<global step>.pt`, or the legacy `resume.pt`)."""
+    files = sorted(Path(directory).glob("resume-*.pt"), key=lambda p: int(p.stem.split("-")[1]), reverse=True)
+    legacy = Path(directory) / RESUME_FILE
+    return files + ([legacy] if legacy.exists() else [])
+
+
+def save_resume(directory: Path, model: Any, optimizer: Any, progress: Progress, keep: int = 1) -> Path:
+    """Write `<directory>/resume-<global step>.pt` atomically, then delete all but the newest `keep`."""
+    path = Path(directory) / f"resume-{progress.global_step:09d}.pt"
     blob = {"model": trainable_state(model), "optimizer": optimizer.state_dict(), "rng": capture_rng(), "progress": asdict(progress)}
     _atomic_save(blob, path)
+    for old in resume_files(directory)[max(keep, 1) :]:
+        old.unlink(missing_ok=True)
     return path
 
 
 def load_resume(directory: Path, model: Any, optimizer: Any) -> Progress | None:
-    """Restore weights, optimizer and RNG from `<directory>/resume.pt`; None when there is none."""
-    path = Path(directory) / RESUME_FILE
-    if not path.exists():
+    """Restore weights, optimizer and RNG from the newest readable resume file; None when there is none."""
+    files = resume_files(directory)
+    if not files:
         return None
-    blob = _load(path)
+    blob = None
+    for path in files:  # a file cut short by a crash while writing falls back to the one before it
+        try:
+            blob = _load(path)
+            break
+        except MalformedInput:
+            if path == files[-1]:
+                raise
+    assert blob is not None
     load_trainable_state(model, blob["model"])
     optimizer.load_state_dict(blob["optimizer"])
     restore_rng(blob["rng"])

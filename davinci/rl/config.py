@@ -20,6 +20,9 @@ class RLConfig:
     epochs: int = 2
     # Problems per epoch (0 = all training problems).
     problems_per_epoch: int = 4
+    # Draw the same problems every epoch (a fixed probe set: the reward curve then tracks the policy, not
+    # the draw) instead of a new seeded draw per epoch.
+    fixed_problems: bool = False
     # Per-turn reward (davinci.rl.rewards.REWARDS): correct_plus_speedup (Dr. Kernel), kevin, sol, milestone.
     reward: str = "correct_plus_speedup"
     # Advantage estimator (davinci.rl.advantages.ADVANTAGES): trloo, grpo, reinforce_baseline.
@@ -49,7 +52,8 @@ class RLConfig:
     # own default (correct_plus_speedup and sol: 1.0 as Dr. Kernel; kevin: 0.4; milestone: 1.0).
     gamma: float | None = None
     # Summary agent (delayed credit, trained one epoch later): reward for an admitted skill, plus
-    # w_summary_use times the fraction of the next epoch's episodes that selected the skill.
+    # w_summary_use times the skill's effect in the next epoch: the solve rate of episodes that selected it
+    # minus that of the episodes of the same problems that did not (in [-1, 1]; rl.credit).
     w_summary_admit: float = 1.0
     w_summary_use: float = 1.0
 
@@ -76,8 +80,34 @@ class RLConfig:
     weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.999)
     # Save a resume checkpoint every this many optimizer steps inside the epoch (0 = only at the end).
+    # A full fine-tuning checkpoint of a 1.5B model is ~21 GB (weights + AdamW), so large profiles space them.
     checkpoint_every: int = 1
+    # Resume checkpoints kept in the epoch's _resume/ (oldest deleted first; a resume takes the newest
+    # readable one, so keep >= 2 survives a crash while writing).
+    checkpoint_keep: int = 1
     # Keep the optimizer state in the epoch checkpoint, so the next epoch continues AdamW exactly.
     save_optimizer: bool = True
     # Generations longer than this (prompt + response tokens) are skipped and counted (0 = model max).
     max_train_tokens: int = 0
+    # Groups whose returns are all equal carry no policy gradient: keep them (they still count in the
+    # per-agent token normaliser, diluting the others) or drop them from the update. Their share is
+    # logged either way (rollout/zero_adv_group_share_<agent>).
+    zero_advantage_groups: Literal["keep", "drop"] = "keep"
+
+    # --- memory ---------------------------------------------------------------------------------
+    # Padded tokens (micro-batch size x longest sequence) per forward/backward; 0 = grad_accum equal chunks.
+    micro_batch_tokens: int = 0
+    # Response rows per chunk of the LM head in the log-prob computation (davinci.rl.logprobs): peak extra
+    # memory is one float32 [chunk, vocabulary] block instead of the whole [batch, length, vocabulary].
+    logprob_chunk_rows: int = 1024
+
+    # --- on-policy checks -------------------------------------------------------------------------
+    # Truncated importance sampling: each token's policy-gradient term is weighted by
+    # min(pi_old / pi_rollout, tis_cap) where the backend reported its own log-probs (0 = off).
+    tis_cap: float = 2.0
+    # Stop the run (OffPolicyError) when the mean per-token KL(rollout || trainer) of an epoch's samples
+    # exceeds this: the server generated with other weights than the ones being trained (0 = no bound).
+    max_rollout_kl: float = 0.5
+    # Score the reference (SFT) policy's log-probs even when kl_coef = 0, so the KL to it is logged every
+    # step (a second copy of the model during scoring; off for 14B LoRA).
+    ref_kl_metric: bool = True

@@ -1,7 +1,8 @@
 """The RL epoch driver: `run_rl_epoch(EpochInputs) -> EpochOutputs`, called by the lead's Prefect rl task.
 
 One epoch, in order (each phase leaves files in `output_dir`, so a retried task picks up where it died):
-  1. rollouts   load the backbone (`Backbone.load`), build the backend (`make_backend`), run the agents'
+  1. rollouts   load the backbone (`Backbone.load`), build the backend (`make_backend`), push the weights
+                to a generation server and verify them (`weightsync`; stale -> StaleWeightsError), run the agents'
                 episodes (`run_episodes`, evaluate_fn = kernelgym `evaluate_batch`), rewards -> per-agent
                 advantages -> samples, score behaviour (and reference) log-probs; write the rollout files
                 (see `rollout.py`). Skipped when `rollout_meta.json` exists.
@@ -27,21 +28,25 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
 from davinci.config import Profile
 from davinci.errors import ConfigError, InputNotFound, MalformedInput
+from davinci.jsonl import append_jsonl, file_digest, read_jsonl, write_jsonl
 from davinci.rl import rollout as ro
 from davinci.rl.advantages import ADVANTAGES
 from davinci.rl.checkpoint import Progress, load_resume, load_trainer_state, load_trainer_state_meta, save_trainer_state
 from davinci.rl.credit import delayed_summary_rewards, read_admissions
 from davinci.rl.losses import LOSSES
+from davinci.rl.onpolicy import check_rollout_kl
+from davinci.rl.records import write_rollouts
 from davinci.rl.rewards import REWARDS
 from davinci.rl.samples import PendingSummary, TrainSample, build_samples, summary_samples, to_pending
 from davinci.rl.trainer import make_optimizer, plan_updates, run_updates
+from davinci.rl.weightsync import sync_served_weights
 from davinci.tracking import MetricLogger, NullLogger
 from davinci.types import Problem
 
@@ -119,7 +124,7 @@ def load_problems(problems: Sequence[Problem] | str) -> list[Problem]:
     if not path.exists():
         raise InputNotFound(f"no problems file {path}", "pass the data stage's train JSONL or a list of Problem")
     try:
-        return [Problem.from_dict(r) for r in ro.read_jsonl(path)]
+        return [Problem.from_dict(r) for r in read_jsonl(path)]
     except (TypeError, KeyError, json.JSONDecodeError) as exc:
         raise MalformedInput(f"{path} is not a JSONL of Problem.to_dict() rows ({exc})", "regenerate it with the data stage") from None
 
@@ -141,20 +146,20 @@ def _load_pending(inputs: EpochInputs) -> list[PendingSummary]:
     """The previous epoch's summaries; none without admission decisions (an unknown reward is not 0)."""
     if not inputs.previous_epoch_dir or not inputs.admissions_path:
         return []
-    return [PendingSummary.from_dict(r) for r in ro.read_jsonl(Path(inputs.previous_epoch_dir) / ro.PENDING)]
+    return [PendingSummary.from_dict(r) for r in read_jsonl(Path(inputs.previous_epoch_dir) / ro.PENDING)]
 
 
 # ---------------------------------------------------------------------------------------------------
 # Phase 1: rollouts
 
 
-def _run_episodes(problems: list[Problem], library: Any, backend: Any, profile: Profile, epoch: int, evaluate_fn: Any) -> list[Any]:
+def default_run_episodes(problems: list[Problem], library: Any, backend: Any, profile: Profile, epoch: int, evaluate_fn: Any) -> list[Any]:
     from davinci.agents import run_episodes
 
     return run_episodes(problems, library, backend, profile, epoch=epoch, group_size=profile.agents.group_size, greedy=False, evaluate_fn=evaluate_fn)
 
 
-def _evaluate_fn(profile: Profile) -> Any:
+def default_evaluate(profile: Profile) -> Any:
     from davinci.kernelgym import evaluate_batch
 
     gym = profile.gym
@@ -166,6 +171,28 @@ def _evaluate_fn(profile: Profile) -> Any:
     return evaluate
 
 
+def default_make_backend(backbone: Any, profile: Profile) -> Any:
+    from davinci.llm.backends import make_backend
+
+    return make_backend(backbone, profile.model)
+
+
+@dataclass(frozen=True)
+class Collaborators:
+    """What an epoch calls out to. The defaults are the real ones; a test passes its own (no patching).
+
+    run_episodes(problems, library, backend, profile, epoch, evaluate_fn) -> list[Episode]
+    make_backend(backbone, profile) -> GenerationBackend        (the rollouts' generator)
+    evaluate(profile) -> EvaluateFn                              (kernelgym.evaluate_batch by default)
+    sync_weights(backend, checkpoint_dir, profile, global_step=) -> served version ("" in process)
+    """
+
+    run_episodes: Callable[..., list[Any]] = default_run_episodes
+    make_backend: Callable[[Any, Profile], Any] = default_make_backend
+    evaluate: Callable[[Profile], Any] = default_evaluate
+    sync_weights: Callable[..., str] = sync_served_weights
+
+
 def _agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
     """The agents package's own episode metrics (parse failures and tokens per agent, solve rates)."""
     from davinci.agents import episode_metrics
@@ -173,35 +200,34 @@ def _agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
     return {k.replace("/", "_"): float(v) for k, v in episode_metrics(episodes).items()}
 
 
-def _make_backend(backbone: Any, profile: Profile) -> Any:
-    from davinci.llm.backends import make_backend
-
-    return make_backend(backbone, profile.model)
-
-
-def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any) -> dict[str, Any]:
+def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, co: Collaborators, global_step: int) -> dict[str, Any]:
     profile, cfg = inputs.profile, inputs.profile.rl
     problems = ro.select_problems(load_problems(inputs.problems), cfg, seed=profile.seed, epoch=inputs.epoch)
-    backend = ro.TimedBackend(_make_backend(backbone, profile), lambda t: len(backbone.encode_text(t)))
-    evaluate = ro.TimedCall(_evaluate_fn(profile))
+    generator = co.make_backend(backbone, profile)
+    served_version = co.sync_weights(generator, inputs.checkpoint_dir, profile, global_step=global_step)  # stale -> raises
+    backend = ro.TimedBackend(generator, lambda t: len(backbone.encode_text(t)))
+    evaluate = ro.TimedCall(co.evaluate(profile))
     _seed_everything(profile.seed, inputs.epoch)
     t0 = time.perf_counter()
-    episodes = _run_episodes(problems, library, backend, profile, inputs.epoch, evaluate)
+    episodes = co.run_episodes(problems, library, backend, profile, inputs.epoch, evaluate)
     rollout_s = time.perf_counter() - t0
     pending = _load_pending(inputs)
     admissions = read_admissions(inputs.admissions_path) if inputs.admissions_path else []
     summary_r = delayed_summary_rewards(pending, admissions, episodes, cfg)
-    samples, rewards, counts = build_samples(episodes, cfg, backbone, pending, summary_r)
-    ref = _reference_model(inputs, backbone) if cfg.kl_coef > 0 else None
+    samples, rewards, counts = build_samples(episodes, profile, backbone, pending, summary_r)
+    ref = _reference_model(inputs, backbone) if cfg.kl_coef > 0 or cfg.ref_kl_metric else None
     micro = max(1, -(-max(cfg.batch_size, 1) // max(cfg.grad_accum, 1)))
-    scored = ro.score_all(backbone.model, samples, summary_samples(episodes, backbone, cfg), pad_id=backbone.pad_token_id, micro_batch=micro, ref_model=ref)
+    scored = ro.score_all(backbone.model, samples, summary_samples(episodes, backbone, cfg), pad_id=backbone.pad_token_id, micro_batch=micro,
+                          ref_model=ref, temperature=profile.agents.temperature, chunk_rows=cfg.logprob_chunk_rows)
     del ref
-    ro.write_jsonl(out / ro.ROLLOUTS, ro.rollout_rows(episodes, rewards, scored.samples))
-    digest = ro.write_jsonl(out / ro.SAMPLES, [s.to_dict() for s in scored.samples])
-    ro.write_jsonl(out / ro.PENDING, [p.to_dict() for p in to_pending(episodes, scored.summaries)])
-    ro.write_jsonl(out / ro.CANDIDATES, ro.candidate_rows(episodes))
+    check_rollout_kl(scored.rollout_kl, scored.rollout_kl_tokens, cfg.max_rollout_kl)  # loud before any update
+    write_rollouts(out / ro.ROLLOUTS, ro.rollout_records(episodes, rewards, scored.samples))
+    digest = write_jsonl(out / ro.SAMPLES, [s.to_dict() for s in scored.samples])
+    write_jsonl(out / ro.PENDING, [p.to_dict() for p in to_pending(episodes, scored.summaries)])
+    write_jsonl(out / ro.CANDIDATES, ro.candidate_rows(episodes))
     metrics = {**ro.rollout_metrics(episodes, rewards, scored.samples), **counts, **_agent_metrics(episodes)}
     metrics["summary_reward_mean"] = sum(summary_r) / len(summary_r) if summary_r else 0.0
+    metrics["rollout_kl"], metrics["rollout_kl_tokens"] = scored.rollout_kl, float(scored.rollout_kl_tokens)
     metrics["summaries_credited"] = float(len(summary_r))
     timing = {
         "generation_s": backend.seconds,
@@ -211,7 +237,7 @@ def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any) 
         "generated_tokens": backend.tokens,
         "evaluations": evaluate.items,
     }
-    meta = {"samples_digest": digest, "library_version": library.version, "metrics": metrics, "timing": timing}
+    meta = {"samples_digest": digest, "library_version": library.version, "metrics": metrics, "timing": timing, "served_version": served_version}
     _write_json(out / ro.META, meta)  # last: its presence marks the rollout phase complete
     return meta
 
@@ -256,8 +282,7 @@ class _StepFile:
         self.path, self.inner = path, inner
 
     def log_metrics(self, metrics: Any, step: int) -> None:
-        with self.path.open("a") as fh:
-            fh.write(json.dumps({"step": step, **{k: float(v) for k, v in metrics.items()}}) + "\n")
+        append_jsonl(self.path, [{"step": step, **{k: float(v) for k, v in metrics.items()}}])
         self.inner.log_metrics(metrics, step=step)
 
     def log_params(self, params: Any) -> None:
@@ -272,17 +297,17 @@ class _StepFile:
 
 def _dedup_steps(path: Path) -> list[dict[str, Any]]:
     """Steps repeated after a resume (between the last checkpoint and the crash) keep their last record."""
-    by_step = {int(r["step"]): r for r in ro.read_jsonl(path)}
+    by_step = {int(r["step"]): r for r in read_jsonl(path)}
     rows = [by_step[s] for s in sorted(by_step)]
-    ro.write_jsonl(path, rows)
+    write_jsonl(path, rows)
     return rows
 
 
 def _update_phase(inputs: EpochInputs, backbone: Any, optimizer: Any, start_step: int, meta: dict[str, Any], out: Path, logger: MetricLogger) -> tuple[list[dict[str, float]], Progress]:
     cfg = inputs.profile.rl
     samples_path = out / ro.SAMPLES
-    samples = [TrainSample.from_dict(r) for r in ro.read_jsonl(samples_path)]
-    digest = ro.file_digest(samples_path)
+    samples = [TrainSample.from_dict(r) for r in read_jsonl(samples_path)]
+    digest = file_digest(samples_path)
     progress = load_resume(out / RESUME_DIR, backbone.model, optimizer)
     if progress is not None and progress.samples_digest != digest:
         raise MalformedInput(f"{out / RESUME_DIR} was written for other samples than {samples_path}", f"delete {out} and rerun the epoch")
@@ -290,7 +315,8 @@ def _update_phase(inputs: EpochInputs, backbone: Any, optimizer: Any, start_step
         plan = plan_updates(len(samples), cfg, seed=inputs.profile.seed, epoch=inputs.epoch)
         progress = Progress.start(inputs.epoch, start_step, plan, library_version=str(meta["library_version"]), samples_digest=digest)
     step_logger = _StepFile(out / STEPS_FILE, logger)
-    return run_updates(backbone.model, optimizer, samples, progress, cfg, pad_id=backbone.pad_token_id, logger=step_logger, resume_dir=out / RESUME_DIR, desc=f"rl epoch {inputs.epoch}")
+    return run_updates(backbone.model, optimizer, samples, progress, cfg, pad_id=backbone.pad_token_id, logger=step_logger, resume_dir=out / RESUME_DIR, desc=f"rl epoch {inputs.epoch}",
+                       temperature=inputs.profile.agents.temperature)
 
 
 def _finish(inputs: EpochInputs, out: Path, meta: dict[str, Any], progress: Progress, t_update: float, t_start: float) -> EpochOutputs:
@@ -322,7 +348,7 @@ def load_epoch_outputs(output_dir: str | Path) -> EpochOutputs | None:
     return EpochOutputs.from_dict(json.loads(path.read_text())) if path.exists() else None
 
 
-def run_rl_epoch(inputs: EpochInputs) -> EpochOutputs:
+def run_rl_epoch(inputs: EpochInputs, collaborators: Collaborators | None = None) -> EpochOutputs:
     """Rollouts -> rewards -> advantages -> update -> checkpoint; resumable, idempotent on a complete folder."""
     done = load_epoch_outputs(inputs.output_dir)
     if done is not None:
@@ -342,7 +368,7 @@ def run_rl_epoch(inputs: EpochInputs) -> EpochOutputs:
         meta = json.loads((out / ro.META).read_text())
     else:
         library = SkillStore(inputs.skill_store_root).load(inputs.library_version)
-        meta = _rollout_phase(inputs, backbone, out, library)
+        meta = _rollout_phase(inputs, backbone, out, library, collaborators or Collaborators(), int(state["global_step"]))
     t0 = time.perf_counter()
     _, progress = _update_phase(inputs, backbone, optimizer, int(state["global_step"]), meta, out, logger)
     t_update = time.perf_counter() - t0

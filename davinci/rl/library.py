@@ -20,10 +20,12 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
+from davinci.jsonl import read_jsonl
 from davinci.rl.credit import write_admissions
-from davinci.types import Candidate, Problem, Provenance
+from davinci.rl.records import RolloutRecord, read_rollouts
+from davinci.types import Problem
 
 
 @dataclass(frozen=True)
@@ -42,44 +44,30 @@ class LibraryUpdate:
         return dict(self.__dict__)
 
 
-def _rows(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for path in paths:
-        path = Path(path)
-        if path.exists():
-            rows.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return rows
-
-
-def transfer_cases(rollout_rows: Sequence[Mapping[str, Any]], problems: Mapping[str, Problem]) -> list[Any]:
-    """(problem, correct candidate, selected skill ids) for every episode that solved its problem."""
+def transfer_cases(records: Sequence[RolloutRecord], problems: Mapping[str, Problem]) -> list[Any]:
+    """(problem, its first correct candidate, selected skill ids) for every episode that solved its problem."""
     from davinci.skills import TransferCase
 
     cases = []
-    for row in rollout_rows:
-        ep = row["episode"]
-        problem = problems.get(ep["problem_id"])
-        solved = [t for t in ep.get("turns", []) if (t.get("result") or {}).get("correct") and t.get("candidate")]
-        if problem is None or not solved or not ep.get("selected_ids"):
+    for rec in records:
+        ep = rec.episode
+        problem = problems.get(ep.problem_id)
+        solved = [t for t in ep.turns if t.correct and t.candidate is not None]
+        if problem is None or not solved or not ep.selected_ids:
             continue
-        cand = solved[0]["candidate"]
-        candidate = Candidate(problem.id, cand["code"], cand["backend"], Provenance(ep["episode_id"], ep["epoch"], solved[0]["index"], "policy"))
-        cases.append(TransferCase(problem, candidate, tuple(ep["selected_ids"])))
+        cases.append(TransferCase(problem, solved[0].candidate, tuple(ep.selected_ids)))
     return cases
 
 
-def usage_observations(rollout_rows: Sequence[Mapping[str, Any]]) -> list[Any]:
+def usage_observations(records: Sequence[RolloutRecord]) -> list[Any]:
     """One observation per episode: retrieved and selected skills, best turn score, success."""
     from davinci.skills import UsageObservation
 
-    out = []
-    for row in rollout_rows:
-        ep, rewards = row["episode"], row.get("rewards", {})
-        scores = rewards.get("turn_scores") or [0.0]
-        success = any((t.get("result") or {}).get("correct") for t in ep.get("turns", []))
-        out.append(UsageObservation(tuple(ep.get("bm25_ids", ())), tuple(ep.get("selected_ids", ())),
-                                    float(max(scores)), bool(success), ep["problem_id"]))
-    return out
+    return [
+        UsageObservation(tuple(r.episode.bm25_ids), tuple(r.episode.selected_ids), float(max(r.rewards.turn_scores or (0.0,))),
+                         r.episode.solved, r.episode.problem_id)
+        for r in records
+    ]
 
 
 def update_library(store_root: str | Path, version: int | str, candidates_paths: Sequence[str | Path],
@@ -95,8 +83,8 @@ def update_library(store_root: str | Path, version: int | str, candidates_paths:
     out.mkdir(parents=True, exist_ok=True)
     store = SkillStore(Path(store_root))
     library = store.load(version)
-    rollouts = _rows(rollouts_paths)
-    candidates = [Skill.from_dict(r["skill"]) for r in _rows(candidates_paths)]
+    rollouts = read_rollouts(rollouts_paths)
+    candidates = [Skill.from_dict(r["skill"]) for p in candidates_paths for r in read_jsonl(p)]
     cases = transfer_cases(rollouts, {p.id: p for p in problems})
     decisions = admit(candidates, library, cases, gym_config, skills_config, progress=progress) if candidates else []
     skills = apply_decisions(library.skills, decisions)

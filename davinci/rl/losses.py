@@ -48,6 +48,9 @@ class LossInputs:
     mask: Tensor
     token_scale: Tensor  # [B] agent weight / normalizer (see normalization_scale)
     ref_logprobs: Tensor | None = None  # [B, L] frozen reference model's log-probs, needed when kl_coef > 0
+    # [B, L] truncated importance weights min(pi_old / pi_rollout, cap) correcting for a sampler whose
+    # log-probs differ from the trainer's (TIS); None = 1 everywhere. No grad.
+    is_weight: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -76,16 +79,19 @@ def _finish(pg: Tensor, inputs: LossInputs, cfg: RLConfig, extra: dict[str, floa
     """Add the KL term, apply mask and per-sample scale, sum; shared by every registered loss."""
     mask = inputs.mask.to(pg.dtype)  # [B, L] 1 on trained response tokens, 0 on padding
     scale = inputs.token_scale.to(pg.dtype)[:, None] * mask  # [B, L]
+    if inputs.is_weight is not None:
+        pg = pg * inputs.is_weight.to(pg.dtype)  # TIS: the policy-gradient term only, not the KL penalty
     pg_loss = (torch.where(inputs.mask, pg, 0.0) * scale).sum()
     kl_loss = pg.new_zeros(())
     kl_sum = 0.0
-    if cfg.kl_coef > 0:
-        if inputs.ref_logprobs is None:
-            raise ConfigError("rl.kl_coef > 0 but no reference log-probs were computed", "pass a reference model")
+    if cfg.kl_coef > 0 and inputs.ref_logprobs is None:
+        raise ConfigError("rl.kl_coef > 0 but no reference log-probs were computed", "pass a reference model")
+    if inputs.ref_logprobs is not None:  # the KL metric whenever reference log-probs exist; a loss when kl_coef > 0
         # padding slots get logp = ref (KL 0) before the estimator, so no inf/NaN can leak through them
         ref = torch.where(inputs.mask, inputs.ref_logprobs, inputs.logprobs.detach())
         kl = kl_per_token(inputs.logprobs, ref, cfg.kl_estimator)  # [B, L]
-        kl_loss = cfg.kl_coef * (kl * scale).sum()
+        if cfg.kl_coef > 0:
+            kl_loss = cfg.kl_coef * (kl * scale).sum()
         kl_sum = float((kl.detach() * mask).sum())
     stats = {"pg_loss": float(pg_loss.detach()), "kl_loss": float(kl_loss.detach()), "kl_sum": kl_sum}
     stats["tokens"] = float(mask.sum())

@@ -1,87 +1,107 @@
-"""Rewards: per-turn scores of an evaluation, discounted turn returns, and the three agents' rewards.
+"""Rewards: per-turn scores of an evaluation, turn returns that prefer early success, the agents' rewards.
 
-Everything here is a pure function over plain data: an evaluation arrives as the JSON dict of
-`kernelgym.EvalResult.to_dict()` (or None when the turn produced no code) and every field is read
-defensively (missing or non-finite -> a stated default), so a change in the evaluator's fields degrades
-to "no credit for that term", never to a crash.
+Everything here is a pure function over typed data: an evaluation arrives as a `kernelgym.EvalResult` (or
+None when the turn produced no code) and each score reads its typed fields by name (`correct`, `compiled`,
+`flags`, `speedup`, `speedup_compile`, `sol_percent`, `kernel_coverage`). A field the evaluator did not
+measure is None and earns nothing; there are no fallback names, so a renamed field fails type checks and
+tests instead of silently zeroing a term.
 
 Per-turn scores, registered by name in `REWARDS` (`RLConfig.reward`):
   correct_plus_speedup  Dr. Kernel's PR reward: w_c*1[correct] + w_p*clip(speedup, 0, cap)*1[correct]
-                        (+ w_cov*coverage*1[correct] when the evaluator reports a time coverage).
+                        + w_cov*kernel_coverage*1[correct] (0 when the evaluator measured no coverage).
   kevin                 Kevin-32B: 0.3*1[correct] + speedup*1[correct]; default gamma 0.4.
   sol                   w_c*1[correct] + w_sol*clip(%SOL/100, 0, 1)*1[correct] (roofline, not baseline).
   milestone             CUDA Agent: -1 fail, +1 correct, +2 faster than eager, +3 faster than both.
 A result with any hack flag always scores `hack_penalty`, whatever the reward (a flagged "correct and
 fast" kernel must never out-earn an honest failure).
 
-Turn returns: R_t = sum_{k>=t} gamma^(k-t) s_k (Kevin's "sum" aggregation; gamma=1 is Dr. Kernel's G_t).
+Turn returns, with success absorbing. Episodes stop at the first turn that meets `agents.stop_when`
+(a correct, or a fast, kernel), so an episode that succeeds early plays fewer turns. Summing only the
+turns played would pay for slowness: three slow-but-correct turns out-earn one fast kernel at turn 0.
+So the stopping turn is treated as an absorbing state: the episode keeps its final kernel for the turns
+it skipped, and its scores are padded to the horizon T with the last played score before discounting:
+
+    s'_k = s_k (k < n),  s'_k = s_{n-1} (n <= k < T);   R_t = sum_{k=t}^{T-1} gamma^(k-t) s'_k
+
+(Kevin's "sum" aggregation; gamma = 1 is Dr. Kernel's G_t). Why this and not the alternatives: turning
+early stopping off in training spends generation and evaluation on episodes already solved; a best-so-far
+reward keeps the stop but changes every reward's scale. Padding keeps the stop (the compute saving), keeps
+each reward's own scale per turn, and makes "solved at turn 0" worth at least as much as any trajectory
+that reaches the same kernel later, for every gamma in [0, 1] and every estimator that is monotone in the
+return within a group (trloo, grpo, reinforce_baseline). Only played turns are trained; padding changes
+returns, not samples. `tests/rl/test_early_success.py` checks the property over every profile.
 
 Agents (each trained on its own reward, with advantages computed over its own group):
   policy     turn t of an episode gets the return R_t.
-  selection  the episode's best turn score. Its advantage (e.g. TRLOO over the episodes of the same
-             problem and epoch) is then exactly "best-turn score minus the mean of the others' best
-             turns": how this choice of skills moved the policy's result relative to its group. The
-             estimator supplies the baseline, so the reward itself is not centred twice.
-  summary    delayed credit. Admission is decided by the skills stage *after* epoch e, so the summary
-             generations of epoch e are stored with their behaviour log-probs and trained in epoch
-             e+1: reward = w_admit*1[admitted] + w_use*(fraction of epoch e+1's episodes that selected
-             the skill). A summary whose JSON was rejected, or whose skill was not admitted, gets 0.
-             The last epoch's summaries are never trained (their admission is never known in time).
+  selection  the episode's best turn score (`Episode.best_turn`'s score). Its advantage (e.g. TRLOO over
+             the episodes of the same problem and epoch) is "best-turn score minus the mean of the
+             others' best turns". A selection whose rerank answer failed to parse is not trained (its
+             skills were BM25's, not its own choice).
+  summary    delayed credit (`credit.py`): w_admit*1[admitted] + w_use*(solve rate of the next epoch's
+             episodes that selected the skill minus that of the episodes of the same problems that did
+             not): the difference the skill made, not how often it was picked.
 
     >>> from davinci.rl.config import RLConfig
-    >>> REWARDS.get("correct_plus_speedup")({"compiled": True, "correct": True, "speedup": 2.0}, RLConfig())
+    >>> REWARDS.get("correct_plus_speedup")(minimal_result(True, 2.0), RLConfig())
     1.5
     >>> discounted_returns([1.0, 0.0, 2.0], gamma=0.5)
     [1.5, 1.0, 2.0]
+    >>> absorbing_scores([0.0, 1.0], horizon=4)
+    [0.0, 1.0, 1.0, 1.0]
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from davinci.registry import Registry
 from davinci.rl.config import RLConfig
 
+if TYPE_CHECKING:  # the trainer imports this module; it must not pull the evaluator package in at runtime
+    from davinci.kernelgym.result import EvalResult
+
 # ---------------------------------------------------------------------------------------------------
-# Reading an EvalResult dict defensively
+# Typed reads of an EvalResult
 
 
-def _num(d: Mapping[str, Any], *keys: str) -> float | None:
-    """First finite number found under any of `keys` (None when absent, None, NaN or not a number)."""
-    for key in keys:
-        v = d.get(key)
-        if isinstance(v, bool) or v is None:
-            continue
-        try:
-            f = float(v)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(f):
-            return f
-    return None
+def _finite(v: float | None) -> float | None:
+    """The value when it is a finite number, else None (an unmeasured or broken measurement)."""
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
 
 
-def is_flagged(result: Mapping[str, Any] | None) -> bool:
+def is_flagged(result: EvalResult | None) -> bool:
     """True when the evaluator flagged a reward hack (any entry in `flags`)."""
-    return bool(result) and bool(result.get("flags"))
+    return result is not None and bool(result.flags)
 
 
-def is_correct(result: Mapping[str, Any] | None) -> bool:
-    """Correct means compiled and correct (a missing `compiled` field is taken as True when correct)."""
-    return bool(result) and bool(result.get("correct")) and bool(result.get("compiled", True))
+def is_correct(result: EvalResult | None) -> bool:
+    """Correct means compiled and correct."""
+    return result is not None and result.correct and result.compiled
 
 
-def speedup_of(result: Mapping[str, Any], baseline: str = "eager") -> float | None:
+def speedup_of(result: EvalResult, baseline: str = "eager") -> float | None:
     """Speedup vs eager (`speedup`) or vs torch.compile (`speedup_compile`); None when not measured."""
-    return _num(result, "speedup_compile") if baseline == "compile" else _num(result, "speedup")
+    return _finite(result.speedup_compile if baseline == "compile" else result.speedup)
 
 
-def coverage_of(result: Mapping[str, Any]) -> float:
-    """Kernel time coverage in [0, 1] (the generated kernels' share of profiled kernel time); 0 if absent."""
-    cov = _num(result, "time_coverage", "coverage", "kernel_coverage")
+def coverage_of(result: EvalResult) -> float:
+    """`kernel_coverage` clipped to [0, 1] (the candidate's kernels' share of device time); 0 if unmeasured."""
+    cov = _finite(result.kernel_coverage)
     return 0.0 if cov is None else min(max(cov, 0.0), 1.0)
+
+
+def minimal_result(correct: bool, speedup: float | None, **fields: Any) -> EvalResult:
+    """A minimal EvalResult (doctests and hand-computed tests): the fields rewards read, the rest empty."""
+    from davinci.kernelgym.result import EvalResult
+
+    base = dict(problem_id="p", candidate_hash="h", backend="triton", compiled=True, correct=correct,
+                numerics_ok=correct, flags=(), error_kind=None if correct else "mismatch", error="", feedback="",
+                device="cpu", timing_label="cpu", speedup=speedup)
+    return EvalResult(**{**base, **fields})
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -92,84 +112,69 @@ def coverage_of(result: Mapping[str, Any]) -> float:
 class RewardSpec:
     """A registered per-turn score and the discount its recipe uses by default."""
 
-    score: Callable[[Mapping[str, Any], RLConfig], float]
+    score: Callable[[EvalResult, RLConfig], float]
+    fail_score: float  # the score of a turn that produced no code (or any failed evaluation)
     default_gamma: float
 
-    def __call__(self, result: Mapping[str, Any] | None, cfg: RLConfig) -> float:
+    def __call__(self, result: EvalResult | None, cfg: RLConfig) -> float:
         if result is None:
-            return self.score({}, cfg)  # no code extracted: scored as a failed evaluation
+            return self.fail_score  # no code extracted: scored as a failed evaluation
         if is_flagged(result):
             return cfg.hack_penalty  # flagged hacks always get the penalty
-        return self.score(result, cfg)
+        return self.fail_score if not is_correct(result) else self.score(result, cfg)
 
 
 REWARDS: Registry[RewardSpec] = Registry("reward")
 
 
-def _register(name: str, default_gamma: float) -> Callable[[Callable], Callable]:
-    def deco(fn: Callable[[Mapping[str, Any], RLConfig], float]) -> Callable:
-        REWARDS.register(name)(RewardSpec(fn, default_gamma))
+def _register(name: str, default_gamma: float, fail_score: float = 0.0) -> Callable[[Callable], Callable]:
+    def deco(fn: Callable[[EvalResult, RLConfig], float]) -> Callable:
+        REWARDS.register(name)(RewardSpec(fn, fail_score, default_gamma))
         return fn
 
     return deco
 
 
 @_register("correct_plus_speedup", default_gamma=1.0)
-def correct_plus_speedup(result: Mapping[str, Any], cfg: RLConfig) -> float:
-    """Dr. Kernel's PR reward; failures score 0.
+def correct_plus_speedup(result: EvalResult, cfg: RLConfig) -> float:
+    """Dr. Kernel's PR reward of a correct result (failures score 0 through `RewardSpec`).
 
-    >>> cfg = RLConfig(w_coverage=0.5)
-    >>> correct_plus_speedup({"correct": True, "speedup": 5.0, "time_coverage": 0.5}, cfg)
+    >>> correct_plus_speedup(minimal_result(True, 5.0, kernel_coverage=0.5), RLConfig(w_coverage=0.5))
     2.25
-    >>> correct_plus_speedup({"compiled": True, "correct": False, "speedup": 5.0}, cfg)
-    0.0
     """
-    if not is_correct(result):
-        return 0.0
-    sp = speedup_of(result, cfg.speedup_baseline) or 0.0
-    clipped = min(max(sp, 0.0), cfg.speedup_cap)
+    clipped = min(max(speedup_of(result, cfg.speedup_baseline) or 0.0, 0.0), cfg.speedup_cap)
     return cfg.w_correct + cfg.w_speedup * clipped + cfg.w_coverage * coverage_of(result)
 
 
 @_register("kevin", default_gamma=0.4)
-def kevin(result: Mapping[str, Any], cfg: RLConfig) -> float:
-    """Kevin's per-kernel score 0.3*1[correct] + speedup*1[correct] (speedup unclipped, 0 if unmeasured).
+def kevin(result: EvalResult, cfg: RLConfig) -> float:
+    """Kevin's per-kernel score 0.3 + speedup of a correct result (speedup unclipped, 0 if unmeasured).
 
-    >>> kevin({"correct": True, "speedup": 1.2}, RLConfig())
+    >>> kevin(minimal_result(True, 1.2), RLConfig())
     1.5
-    >>> kevin({"correct": False, "speedup": 1.2}, RLConfig())
-    0.0
     """
-    if not is_correct(result):
-        return 0.0
     return 0.3 + max(speedup_of(result, cfg.speedup_baseline) or 0.0, 0.0)
 
 
 @_register("sol", default_gamma=1.0)
-def sol(result: Mapping[str, Any], cfg: RLConfig) -> float:
+def sol(result: EvalResult, cfg: RLConfig) -> float:
     """Correctness plus the fraction of speed-of-light reached: w_c + w_sol*clip(%SOL/100, 0, 1).
 
-    >>> sol({"correct": True, "sol_percent": 40.0}, RLConfig())
+    >>> sol(minimal_result(True, None, sol_percent=40.0), RLConfig())
     0.9
     """
-    if not is_correct(result):
-        return 0.0
-    pct = _num(result, "sol_percent") or 0.0
+    pct = _finite(result.sol_percent) or 0.0
     return cfg.w_correct + cfg.w_sol * min(max(pct / 100.0, 0.0), 1.0)
 
 
-@_register("milestone", default_gamma=1.0)
-def milestone(result: Mapping[str, Any], cfg: RLConfig) -> float:
-    """CUDA Agent's discrete reward: -1 fail, +1 correct, +2 faster than eager, +3 faster than both.
+@_register("milestone", default_gamma=1.0, fail_score=-1.0)
+def milestone(result: EvalResult, cfg: RLConfig) -> float:
+    """CUDA Agent's discrete reward of a correct result: +1, +2 faster than eager, +3 faster than both.
 
-    >>> milestone({"correct": True, "speedup": 1.3, "speedup_compile": 0.9}, RLConfig())
+    >>> milestone(minimal_result(True, 1.3, speedup_compile=0.9), RLConfig())
     2.0
-    >>> milestone({}, RLConfig())
-    -1.0
     """
-    if not is_correct(result):
-        return -1.0
-    eager, comp = _num(result, "speedup") or 0.0, _num(result, "speedup_compile") or 0.0
+    eager, comp = _finite(result.speedup) or 0.0, _finite(result.speedup_compile) or 0.0
     if eager > 1.0 and comp > 1.0:
         return 3.0
     return 2.0 if eager > 1.0 else 1.0
@@ -198,9 +203,17 @@ def discounted_returns(scores: Sequence[float], gamma: float) -> list[float]:
     return out
 
 
+def absorbing_scores(scores: Sequence[float], horizon: int) -> list[float]:
+    """Scores padded to `horizon` turns with the last played score (an early stop is absorbing)."""
+    scores = list(scores)
+    if not scores:
+        return scores
+    return scores + [scores[-1]] * max(horizon - len(scores), 0)
+
+
 @dataclass(frozen=True)
 class EpisodeRewards:
-    """Rewards of one episode: per-turn scores s_t, turn returns R_t, and the selection agent's reward."""
+    """Rewards of one episode: per-turn scores s_t, turn returns R_t (played turns only), selection reward."""
 
     turn_scores: tuple[float, ...]
     turn_returns: tuple[float, ...]
@@ -209,23 +222,27 @@ class EpisodeRewards:
     def to_dict(self) -> dict[str, Any]:
         return {"turn_scores": list(self.turn_scores), "turn_returns": list(self.turn_returns), "selection": self.selection}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EpisodeRewards":
+        return cls(tuple(d["turn_scores"]), tuple(d["turn_returns"]), float(d["selection"]))
 
-def episode_rewards(turn_results: Sequence[Mapping[str, Any] | None], cfg: RLConfig) -> EpisodeRewards:
-    """Score each turn's evaluation, discount into returns, and take the best turn for the selection agent.
 
-    >>> r = episode_rewards([None, {"correct": True, "speedup": 1.0}], RLConfig(reward="kevin"))
+def episode_rewards(turn_results: Sequence[EvalResult | None], cfg: RLConfig, horizon: int = 0) -> EpisodeRewards:
+    """Score each turn, pad to `horizon` turns (absorbing early stop; 0 = no padding), discount.
+
+    >>> r = episode_rewards([None, minimal_result(True, 1.0)], RLConfig(reward="kevin"), horizon=3)
     >>> r.turn_scores, [round(x, 6) for x in r.turn_returns], r.selection
-    ((0.0, 1.3), [0.52, 1.3], 1.3)
+    ((0.0, 1.3), [0.728, 1.82], 1.3)
     """
     spec = REWARDS.get(cfg.reward)
     scores = [float(spec(res, cfg)) for res in turn_results]
-    returns = discounted_returns(scores, resolve_gamma(cfg))
+    returns = discounted_returns(absorbing_scores(scores, horizon), resolve_gamma(cfg))[: len(scores)]
     best = max(scores) if scores else 0.0
     return EpisodeRewards(tuple(scores), tuple(returns), best)
 
 
-def summary_reward(admitted: bool, use_rate: float, cfg: RLConfig) -> float:
-    """Delayed reward of a summary generation: admission, plus how often its skill was selected later.
+def summary_reward(admitted: bool, use_effect: float, cfg: RLConfig) -> float:
+    """Delayed reward of a summary generation: admission, plus the effect of using its skill in [-1, 1].
 
     >>> summary_reward(True, 0.25, RLConfig())
     1.25
@@ -234,4 +251,4 @@ def summary_reward(admitted: bool, use_rate: float, cfg: RLConfig) -> float:
     """
     if not admitted:
         return 0.0
-    return cfg.w_summary_admit + cfg.w_summary_use * min(max(use_rate, 0.0), 1.0)
+    return cfg.w_summary_admit + cfg.w_summary_use * min(max(use_effect, -1.0), 1.0)

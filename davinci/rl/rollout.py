@@ -8,7 +8,7 @@ is written last: its presence means the phase is complete, so a retried epoch ne
 rollouts are random; regenerating them would break exact resume of the update that follows).
 
 Files (JSONL = one JSON object per line):
-  rollouts.jsonl            {"episode": Episode.to_dict(), "rewards": {...}, "advantages": {key: A}}
+  rollouts.jsonl            RolloutRecord per episode (`records.py` reads and writes it)
   samples.jsonl             TrainSample.to_dict() per trained generation (its digest pins the resume)
   pending_summaries.jsonl   this epoch's summary generations, trained next epoch (delayed credit)
   candidates.jsonl          {"episode_id", "problem_id", "epoch", "skill": Skill dict} for the skills stage
@@ -17,17 +17,16 @@ Files (JSONL = one JSON object per line):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from davinci.rl.config import RLConfig
+from davinci.rl.onpolicy import rollout_kl
+from davinci.rl.records import RolloutRecord
 from davinci.rl.rewards import EpisodeRewards
 from davinci.rl.samples import TrainSample, with_logprobs
 from davinci.rl.trainer import score_samples
@@ -85,34 +84,22 @@ class TimedCall:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Files
-
-
-def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> str:
-    """Atomic JSONL write; returns the sha256 of the bytes written."""
-    blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(blob)
-    tmp.replace(path)
-    return hashlib.sha256(blob).hexdigest()
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+# Problems
 
 
 def select_problems(problems: Sequence[Any], cfg: RLConfig, *, seed: int, epoch: int) -> list[Any]:
-    """`cfg.problems_per_epoch` problems (0 = all), a seeded choice per epoch, in a stable order."""
+    """`cfg.problems_per_epoch` problems (0 = all), a seeded choice per epoch (or the same every epoch with
+    `rl.fixed_problems`, so a reward curve tracks the policy, not the draw), in a stable order.
+
+    >>> cfg = RLConfig(problems_per_epoch=2, fixed_problems=True)
+    >>> select_problems("abcde", cfg, seed=0, epoch=0) == select_problems("abcde", cfg, seed=0, epoch=5)
+    True
+    """
     k = cfg.problems_per_epoch
     if k <= 0 or k >= len(problems):
         return list(problems)
-    order = np.random.default_rng([seed, epoch, 7]).permutation(len(problems))[:k]
+    draw = 0 if cfg.fixed_problems else epoch
+    order = np.random.default_rng([seed, draw, 7]).permutation(len(problems))[:k]
     return [problems[int(i)] for i in sorted(order)]
 
 
@@ -124,13 +111,12 @@ def rollout_metrics(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], 
     """Reward / correctness / parse / hack statistics of the epoch's rollouts (all floats)."""
     m: dict[str, float] = {"episodes": float(len(episodes)), "samples": float(len(samples))}
     turns = [t for ep in episodes for t in ep.turns]
-    results = [t.result or {} for t in turns]
     m["turns"] = float(len(turns))
-    m["compiled_rate"] = _rate(r.get("compiled") for r in results)
-    m["correct_rate"] = _rate(r.get("correct") for r in results)
-    m["flagged_rate"] = _rate(bool(r.get("flags")) for r in results)
+    m["compiled_rate"] = _rate(t.result is not None and t.result.compiled for t in turns)
+    m["correct_rate"] = _rate(t.correct for t in turns)
+    m["flagged_rate"] = _rate(t.result is not None and bool(t.result.flags) for t in turns)
     m["no_code_rate"] = _rate(t.result is None for t in turns)
-    m["episode_solved_rate"] = _rate(any((t.result or {}).get("correct") for t in ep.turns) for ep in episodes)
+    m["episode_solved_rate"] = _rate(ep.solved for ep in episodes)
     m["reward_turn_mean"] = _mean(s for r in rewards for s in r.turn_scores)
     m["reward_best_turn_mean"] = _mean(r.selection for r in rewards)
     gens = [(t.generation.agent, t.generation.parse_ok) for t in turns]
@@ -168,31 +154,37 @@ class ScoredRollout:
     samples: list[TrainSample]  # trained this epoch (policy, selection, previous epoch's summaries)
     summaries: list[TrainSample]  # this epoch's summary generations (scored, trained next epoch)
     scoring_s: float
+    rollout_kl: float = 0.0  # mean per-token KL(rollout || trainer) where the backend gave log-probs
+    rollout_kl_tokens: int = 0
 
 
-def score_all(model: Any, samples: list[TrainSample], summaries: list[TrainSample], *, pad_id: int, micro_batch: int, ref_model: Any = None) -> ScoredRollout:
-    """Behaviour log-probs (current weights) where missing; reference log-probs when a ref model is given."""
+def score_all(model: Any, samples: list[TrainSample], summaries: list[TrainSample], *, pad_id: int, micro_batch: int,
+              ref_model: Any = None, temperature: float = 1.0, chunk_rows: int = 1024) -> ScoredRollout:
+    """Trainer log-probs of every sample at `temperature`: behaviour log-probs where missing, the
+    rollout-vs-trainer KL where the backend gave its own, reference log-probs when a ref model is given."""
     t0 = time.perf_counter()
     everything = samples + summaries
-    need = [i for i, s in enumerate(everything) if not s.old_logprobs]
-    old: list[list[float] | tuple[float, ...]] = [s.old_logprobs for s in everything]
-    for i, lp in zip(need, score_samples(model, [everything[i] for i in need], pad_id=pad_id, micro_batch=micro_batch)):
-        old[i] = lp
-    ref = score_samples(ref_model, everything, pad_id=pad_id, micro_batch=micro_batch) if ref_model is not None else None
+    # score what lacks behaviour log-probs, and what the backend scored itself (to compare)
+    need = [i for i, s in enumerate(everything) if not s.old_logprobs or s.rollout_logprobs]
+    kw = dict(pad_id=pad_id, micro_batch=micro_batch, temperature=temperature, chunk_rows=chunk_rows)
+    mine = dict(zip(need, score_samples(model, [everything[i] for i in need], **kw)))
+    old = [s.old_logprobs or mine[i] for i, s in enumerate(everything)]
+    kl, kl_tokens = rollout_kl([everything[i] for i in mine], list(mine.values()))
+    ref = score_samples(ref_model, everything, **kw) if ref_model is not None else None
     scored = with_logprobs(everything, old, ref)
     n = len(samples)
-    return ScoredRollout(scored[:n], scored[n:], time.perf_counter() - t0)
+    return ScoredRollout(scored[:n], scored[n:], time.perf_counter() - t0, kl, kl_tokens)
 
 
-def rollout_rows(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], samples: Sequence[TrainSample]) -> list[dict[str, Any]]:
-    """One row per episode: the episode, its rewards and the advantage of each of its trained generations."""
+def rollout_records(episodes: Sequence[Any], rewards: Sequence[EpisodeRewards], samples: Sequence[TrainSample]) -> list[RolloutRecord]:
+    """One record per episode: the episode, its rewards and the advantage of each of its trained generations."""
     adv = {s.key: s.advantage for s in samples}
-    rows = []
+    records = []
     for ep, r in zip(episodes, rewards):
         prefix = f"{ep.episode_id}/"
         mine = {k[len(prefix) :]: a for k, a in adv.items() if k.startswith(prefix)}
-        rows.append({"episode": ep.to_dict(), "rewards": r.to_dict(), "advantages": mine})
-    return rows
+        records.append(RolloutRecord(ep, r, mine))
+    return records
 
 
 def candidate_rows(episodes: Sequence[Any]) -> list[dict[str, Any]]:

@@ -12,15 +12,23 @@ add_generation_prompt=True)`, the response through the tokenizer plus the end-of
 generation stopped on it (so the model is still taught to stop).
 
 Which generations are trained, with which return and in which group (see `rewards` and `advantages`):
-  policy     every turn t: return R_t, group (problem, epoch, t)
-  selection  the episode's selection call: best-turn score, group (problem, epoch)
+  policy     every played turn t: return R_t (absorbing early stop, horizon `agents.turns`), group
+             (problem, epoch, t)
+  selection  the episode's selection call when its rerank answer parsed: best-turn score, group
+             (problem, epoch). An unparsable answer fell back to BM25's order, so its tokens chose nothing
+             and are not trained.
   summary    summaries of the previous epoch (delayed credit): admission reward, group (that epoch,)
+
+`advantage_plan` is the pure part (episodes + profile -> every trained generation's return, group and
+advantage); `build_samples` adds the token ids. With `rl.zero_advantage_groups: drop`, generations of a
+group whose returns are all equal (advantage 0 for every member, hence no policy gradient) are left out,
+so they do not dilute the per-agent token normaliser; their share is reported either way.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from davinci.rl.advantages import AdvantageItem, compute_advantages
 from davinci.rl.config import RLConfig
@@ -38,7 +46,8 @@ class TrainSample:
     ret: float  # the return the advantage was computed from
     key: str  # "<episode_id>/<agent>/<turn>": where the generation came from
     old_logprobs: tuple[float, ...] = ()  # behaviour policy's log-probs of the response tokens
-    ref_logprobs: tuple[float, ...] = ()  # frozen reference model's log-probs (only when kl_coef > 0)
+    ref_logprobs: tuple[float, ...] = ()  # frozen reference model's log-probs (kl_coef > 0 or ref_kl_metric)
+    rollout_logprobs: tuple[float, ...] = ()  # the backend's own log-probs as generated (empty if none)
 
     @property
     def response_len(self) -> int:
@@ -46,13 +55,16 @@ class TrainSample:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("input_ids", "old_logprobs", "ref_logprobs"):
+        for k in _SEQ_FIELDS:
             d[k] = list(d[k])
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "TrainSample":
-        return cls(**{**d, **{k: tuple(d.get(k, ())) for k in ("input_ids", "old_logprobs", "ref_logprobs")}})
+        return cls(**{**d, **{k: tuple(d.get(k, ())) for k in _SEQ_FIELDS}})
+
+
+_SEQ_FIELDS = ("input_ids", "old_logprobs", "ref_logprobs", "rollout_logprobs")
 
 
 @dataclass(frozen=True)
@@ -95,65 +107,107 @@ def generation_ids(gen: Any, backbone: Any) -> tuple[list[int], list[int], tuple
 
 
 @dataclass(frozen=True)
-class _Pending:
-    """A generation chosen for training, before its advantage is known."""
+class Planned:
+    """A generation chosen for training, with its return, group and advantage (no token ids yet)."""
 
     item: AdvantageItem
     key: str
+    advantage: float = 0.0
+    zero_group: bool = False  # every member of its group has the same return (advantage 0 throughout)
     gen: Any = None  # a Generation (fresh rollouts)
     summary: PendingSummary | None = None  # or a stored summary of the previous epoch
 
 
-def _episode_items(ep: Any, rewards: EpisodeRewards) -> list[_Pending]:
+def _episode_items(ep: Any, rewards: EpisodeRewards) -> list[Planned]:
     items = []
     for turn, ret in zip(ep.turns, rewards.turn_returns):
         group = ("policy", ep.problem_id, ep.epoch, turn.index)  # turn t competes with turn t of the group
-        items.append(_Pending(AdvantageItem("policy", group, ret), f"{ep.episode_id}/policy/{turn.index}", turn.generation))
-    if ep.selection is not None:
+        items.append(Planned(AdvantageItem("policy", group, ret), f"{ep.episode_id}/policy/{turn.index}", gen=turn.generation))
+    if ep.selection is not None and ep.selection.parse_ok:  # an unparsable rerank chose nothing: not trained
         group = ("selection", ep.problem_id, ep.epoch)  # the selection calls for the same problem
-        items.append(_Pending(AdvantageItem("selection", group, rewards.selection), f"{ep.episode_id}/selection/0", ep.selection))
+        items.append(Planned(AdvantageItem("selection", group, rewards.selection), f"{ep.episode_id}/selection/0", gen=ep.selection))
     return items
 
 
-def _summary_items(pending: Sequence[PendingSummary], rewards: Sequence[float]) -> list[_Pending]:
+def _summary_items(pending: Sequence[PendingSummary], rewards: Sequence[float]) -> list[Planned]:
     return [
-        _Pending(AdvantageItem("summary", ("summary", p.epoch), r), f"{p.episode_id}/summary/0", summary=p)
+        Planned(AdvantageItem("summary", ("summary", p.epoch), r), f"{p.episode_id}/summary/0", summary=p)
         for p, r in zip(pending, rewards)
     ]
 
 
+def _zero_groups(items: Sequence[AdvantageItem]) -> set[tuple[str, Hashable]]:
+    """(agent, group) pairs whose members all have the same return (one-member groups count as zero too)."""
+    returns: dict[tuple[str, Hashable], set[float]] = {}
+    for it in items:
+        returns.setdefault((it.agent, it.group), set()).add(round(it.ret, 12))
+    return {k for k, v in returns.items() if len(v) == 1}
+
+
+def advantage_plan(
+    episodes: Sequence[Any],
+    profile: Any,
+    pending_summaries: Sequence[PendingSummary] = (),
+    summary_rewards: Sequence[float] = (),
+) -> tuple[list[Planned], list[EpisodeRewards]]:
+    """Rewards (absorbing early stop at horizon `profile.agents.turns`) -> returns -> per-agent advantages.
+
+    Pure: no model, no token ids. Returns every trainable generation in order, and each episode's rewards.
+    """
+    cfg: RLConfig = profile.rl
+    rewards = [episode_rewards([t.result for t in ep.turns], cfg, horizon=profile.agents.turns) for ep in episodes]
+    planned = [p for ep, r in zip(episodes, rewards) for p in _episode_items(ep, r)]
+    planned += _summary_items(pending_summaries, summary_rewards)
+    items = [p.item for p in planned]
+    zero = _zero_groups(items)
+    advantages = compute_advantages(items, cfg.advantage)
+    out = [replace(p, advantage=float(a), zero_group=(p.item.agent, p.item.group) in zero) for p, a in zip(planned, advantages)]
+    return out, rewards
+
+
+def zero_group_shares(planned: Sequence[Planned]) -> dict[str, float]:
+    """Per agent, the share of its groups whose returns are all equal (no learning signal)."""
+    groups: dict[str, dict[Hashable, bool]] = {}
+    for p in planned:
+        groups.setdefault(p.item.agent, {})[p.item.group] = p.zero_group
+    return {f"zero_adv_group_share_{a}": sum(g.values()) / len(g) for a, g in sorted(groups.items())}
+
+
 def build_samples(
     episodes: Sequence[Any],
-    cfg: RLConfig,
+    profile: Any,
     backbone: Any,
     pending_summaries: Sequence[PendingSummary] = (),
     summary_rewards: Sequence[float] = (),
 ) -> tuple[list[TrainSample], list[EpisodeRewards], dict[str, float]]:
-    """Samples (rewards -> returns -> per-agent advantages -> ids), the rewards of each episode, counts.
+    """Samples (`advantage_plan` + token ids), the rewards of each episode, and counts.
 
     Empty responses are dropped (nothing to train). Backend log-probs are kept as behaviour log-probs only
-    when `cfg.behaviour_logprobs == "backend"`; otherwise the trainer recomputes them before updating.
+    when `rl.behaviour_logprobs == "backend"`; otherwise the trainer recomputes them before updating.
     """
-    rewards = [episode_rewards([t.result for t in ep.turns], cfg) for ep in episodes]
-    pending = [p for ep, r in zip(episodes, rewards) for p in _episode_items(ep, r)]
-    pending += _summary_items(pending_summaries, summary_rewards)
-    advantages = compute_advantages([p.item for p in pending], cfg.advantage)
+    cfg: RLConfig = profile.rl
+    planned, rewards = advantage_plan(episodes, profile, pending_summaries, summary_rewards)
+    counts = {**zero_group_shares(planned), "samples_empty_dropped": 0.0, "samples_too_long_dropped": 0.0, "samples_zero_group_dropped": 0.0}
     limit = token_limit(cfg, backbone)
-    samples, empty, too_long = [], 0, 0
-    for p, adv in zip(pending, advantages):
+    samples = []
+    for p in planned:
+        if p.zero_group and cfg.zero_advantage_groups == "drop":
+            counts["samples_zero_group_dropped"] += 1
+            continue
+        lp: tuple[float, ...] = ()  # the backend's log-probs (fresh generations only)
         if p.summary is not None:
             ids, plen, old = list(p.summary.input_ids), p.summary.prompt_len, p.summary.old_logprobs
         else:
             prompt, response, lp = generation_ids(p.gen, backbone)
             ids, plen, old = prompt + response, len(prompt), (lp if cfg.behaviour_logprobs == "backend" else ())
         if len(ids) <= plen or plen == 0:
-            empty += 1
+            counts["samples_empty_dropped"] += 1
             continue
         if limit and len(ids) > limit:
-            too_long += 1
+            counts["samples_too_long_dropped"] += 1
             continue
-        samples.append(TrainSample(p.item.agent, tuple(ids), plen, float(adv), float(p.item.ret), p.key, tuple(old)))
-    return samples, rewards, {"samples_empty_dropped": float(empty), "samples_too_long_dropped": float(too_long)}
+        samples.append(TrainSample(p.item.agent, tuple(ids), plen, p.advantage, float(p.item.ret), p.key, tuple(old), rollout_logprobs=tuple(lp)))
+    return samples, rewards, counts
 
 
 def token_limit(cfg: RLConfig, backbone: Any) -> int:

@@ -8,8 +8,17 @@ Shape notation: B = samples in a micro-batch; S = padded sequence length (prompt
 R = padded response length; V = vocabulary.
 
 Choices:
-- One optimizer step per `cfg.batch_size` samples; `cfg.grad_accum` micro-batches per step. The loss's
-  per-sample scale is computed over the whole step, so accumulation equals one big batch exactly.
+- One optimizer step per `cfg.batch_size` samples, cut into micro-batches by a padded-token budget
+  (`rl.micro_batch_tokens`: B * S <= budget, longest first) or, when 0, into `cfg.grad_accum` equal
+  chunks. The loss's per-sample scale is computed over the whole step, so accumulation equals one big
+  batch exactly, whatever the cut.
+- Log-probs come from `logprobs.response_logprobs`: decoder body, then the LM head over chunks of response
+  rows under activation checkpointing (no full-vocabulary float32 logits), at the sampling temperature.
+- Off-policy correction: when the backend reported its own log-probs (`TrainSample.rollout_logprobs`),
+  each token's loss is weighted by the truncated importance ratio min(exp(old - rollout), rl.tis_cap)
+  (TIS, as verl / OpenRLHF), and the rollout-vs-trainer KL is a metric of every step.
+- Metrics per step: loss, KL to the reference (SFT) policy when its log-probs exist, entropy, and per
+  agent the clip fraction, mean ratio and entropy.
 - Behaviour log-probs are recomputed by a no-grad pass of the same weights before the first update
   (`score_samples`), so the first step is on-policy (ratio = 1 up to float rounding) and later steps on
   the same rollouts are clipped against them. A sample without behaviour log-probs is treated as
@@ -36,8 +45,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from davinci.llm.attention import attention_kernels
 from davinci.rl.checkpoint import Progress, save_resume
+from davinci.rl.logprobs import response_logprobs
 from davinci.rl.config import RLConfig
 from davinci.rl.losses import LOSSES, LossInputs, normalization_scale
 from davinci.rl.optim import make_optimizer
@@ -57,6 +66,8 @@ class MicroBatch:
     ref_logprobs: Tensor | None  # [B, R] reference log-probs when every sample has them
     advantages: Tensor  # [B]
     token_scale: Tensor  # [B]
+    rollout_logprobs: Tensor | None = None  # [B, R] the backend's own log-probs, NaN where it gave none
+    agents: tuple[str, ...] = ()  # [B] which agent made each sample
 
 
 def _pad(rows: Sequence[Sequence[float]], width: int, fill: float, dtype: torch.dtype) -> Tensor:
@@ -77,6 +88,7 @@ def collate(samples: Sequence[TrainSample], scales: Sequence[float], pad_id: int
     mask = torch.arange(rlen)[None, :] < torch.tensor([s.response_len for s in samples])[:, None]
     old = [s.old_logprobs if len(s.old_logprobs) == s.response_len else () for s in samples]
     has_ref = all(len(s.ref_logprobs) == s.response_len for s in samples)
+    rollout = [s.rollout_logprobs if len(s.rollout_logprobs) == s.response_len else () for s in samples]
     return MicroBatch(
         input_ids=ids.to(device),
         attention_mask=attn.to(device),
@@ -86,18 +98,9 @@ def collate(samples: Sequence[TrainSample], scales: Sequence[float], pad_id: int
         ref_logprobs=_pad([s.ref_logprobs for s in samples], rlen, 0.0, torch.float32).to(device) if has_ref else None,
         advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
         token_scale=torch.tensor(list(scales), dtype=torch.float32, device=device),
+        rollout_logprobs=_pad(rollout, rlen, math.nan, torch.float32).to(device) if any(rollout) else None,
+        agents=tuple(s.agent for s in samples),
     )
-
-
-def response_logprobs(model: Any, batch: MicroBatch) -> Tensor:
-    """[B, R] log pi(response token j | everything before it), float32; garbage where resp_mask is False."""
-    start = int(batch.resp_pos.min())
-    with attention_kernels(batch.input_ids.device):  # no per-shape cuDNN graph builds (davinci.llm.attention)
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [B, S, V]
-    logits = logits[:, start:-1].float()  # [B, S', V] only rows that predict some response token
-    targets = batch.input_ids[:, start + 1 :]  # [B, S'] token predicted by each row
-    row_lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)  # [B, S']
-    return row_lp.gather(1, batch.resp_pos - start)  # [B, R]
 
 
 def _chunks(items: Sequence[Any], n_chunks: int) -> list[list[Any]]:
@@ -105,9 +108,35 @@ def _chunks(items: Sequence[Any], n_chunks: int) -> list[list[Any]]:
     return [list(items[i : i + size]) for i in range(0, len(items), size)]
 
 
+def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices cut into micro-batches whose padded size (count * longest) stays within `budget` tokens.
+
+    Longest first, greedy; a sequence longer than the budget gets a micro-batch of its own.
+
+    >>> token_budget_batches([5, 1, 4, 2], budget=8)
+    [[0], [2, 3], [1]]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= budget:
+            out[-1].append(i)  # the batch's first member is its longest
+        else:
+            out.append([i])
+    return out
+
+
+def micro_batches(items: Sequence[Any], lengths: Sequence[int], cfg: RLConfig) -> list[list[Any]]:
+    """The step's micro-batches: by token budget when `rl.micro_batch_tokens` > 0, else grad_accum chunks."""
+    if cfg.micro_batch_tokens > 0:
+        return [[items[i] for i in idx] for idx in token_budget_batches(lengths, cfg.micro_batch_tokens)]
+    return _chunks(items, cfg.grad_accum)
+
+
 @torch.no_grad()
-def score_samples(model: Any, samples: Sequence[TrainSample], *, pad_id: int, micro_batch: int = 8) -> list[list[float]]:
-    """Response log-probs of every sample under `model` (behaviour or reference scoring pass)."""
+def score_samples(model: Any, samples: Sequence[TrainSample], *, pad_id: int, micro_batch: int = 8,
+                  temperature: float = 1.0, chunk_rows: int = 1024) -> list[list[float]]:
+    """Response log-probs of every sample under `model` at `temperature` (behaviour or reference pass)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -115,7 +144,7 @@ def score_samples(model: Any, samples: Sequence[TrainSample], *, pad_id: int, mi
     for i in range(0, len(samples), micro_batch):
         chunk = samples[i : i + micro_batch]
         batch = collate(chunk, [0.0] * len(chunk), pad_id, device)
-        lp = response_logprobs(model, batch).cpu()
+        lp = response_logprobs(model, batch, temperature=temperature, chunk_rows=chunk_rows).cpu()
         out += [lp[b, : s.response_len].tolist() for b, s in enumerate(chunk)]
     model.train(was_training)
     return out
@@ -131,7 +160,37 @@ def plan_updates(n_samples: int, cfg: RLConfig, *, seed: int, epoch: int) -> tup
     return tuple(steps)
 
 
-def train_step(model: Any, optimizer: Any, samples: Sequence[TrainSample], cfg: RLConfig, *, pad_id: int) -> dict[str, float]:
+def tis_weights(old: Tensor, rollout: Tensor | None, cap: float) -> Tensor | None:
+    """[B, R] truncated importance weights min(exp(old - rollout), cap); 1 where the backend gave none."""
+    if rollout is None or cap <= 0:
+        return None
+    log_w = torch.where(torch.isnan(rollout), 0.0, old - rollout)  # NaN: no rollout log-prob -> weight 1
+    return torch.exp(log_w).clamp(max=cap).detach()
+
+
+def _token_stats(lp: Tensor, old: Tensor, ent: Tensor, batch: MicroBatch, cfg: RLConfig) -> Counter[str]:
+    """Per-agent sums over trained tokens: tokens, clipped, ratio, entropy; rollout-vs-trainer KL terms."""
+    lo, hi = cfg.clip_ratio, (cfg.clip_ratio_high if cfg.clip_ratio_high > 0 else cfg.clip_ratio)
+    ratio = torch.exp(torch.where(batch.resp_mask, lp.detach() - old, 0.0))  # [B, R] 1 on padding
+    adv = batch.advantages[:, None]  # [B, 1]
+    clipped = ((ratio > 1 + hi) & (adv > 0)) | ((ratio < 1 - lo) & (adv < 0))  # the clip bound is active
+    out: Counter[str] = Counter()
+    for b, agent in enumerate(batch.agents):
+        m = batch.resp_mask[b]  # [R] the sample's own response tokens
+        out[f"tokens_{agent}"] += float(m.sum())
+        out[f"clipped_{agent}"] += float((clipped[b] & m).sum())
+        out[f"ratio_sum_{agent}"] += float(ratio[b][m].sum())
+        out[f"entropy_sum_{agent}"] += float(ent[b][m].sum())
+    if batch.rollout_logprobs is not None:
+        have = batch.resp_mask & ~torch.isnan(batch.rollout_logprobs)  # tokens with a backend log-prob
+        diff = torch.where(have, batch.rollout_logprobs - old, 0.0)  # log(pi_rollout / pi_trainer)
+        out["rollout_tokens"] += float(have.sum())
+        out["rollout_kl_sum"] += float((torch.exp(-diff) + diff - 1.0)[have].sum())  # k3 of KL(rollout || trainer)
+    return out
+
+
+def train_step(model: Any, optimizer: Any, samples: Sequence[TrainSample], cfg: RLConfig, *, pad_id: int,
+               temperature: float = 1.0) -> dict[str, float]:
     """One optimizer step over `samples` with gradient accumulation; returns the step's metrics."""
     device = next(model.parameters()).device
     loss_fn = LOSSES.get(cfg.loss)
@@ -140,15 +199,17 @@ def train_step(model: Any, optimizer: Any, samples: Sequence[TrainSample], cfg: 
     optimizer.zero_grad(set_to_none=True)
     stats: Counter[str] = Counter()
     total = 0.0
-    for chunk in _chunks(list(zip(samples, scales)), cfg.grad_accum):
+    for chunk in micro_batches(list(zip(samples, scales)), [len(s.input_ids) for s in samples], cfg):
         batch = collate([s for s, _ in chunk], [c for _, c in chunk], pad_id, device)
-        lp = response_logprobs(model, batch)  # [B, R]
+        lp, ent = response_logprobs(model, batch, temperature=temperature, chunk_rows=cfg.logprob_chunk_rows, with_entropy=True)  # [B, R]
         old = torch.where(torch.isnan(batch.old_logprobs), lp.detach(), batch.old_logprobs)  # no behaviour lp -> on-policy
-        inputs = LossInputs(lp, old, batch.advantages, batch.resp_mask, batch.token_scale, batch.ref_logprobs)
+        weights = tis_weights(old, batch.rollout_logprobs, cfg.tis_cap)
+        inputs = LossInputs(lp, old, batch.advantages, batch.resp_mask, batch.token_scale, batch.ref_logprobs, weights)
         out = loss_fn(inputs, cfg)
         out.loss.backward()
         total += float(out.loss.detach())
         stats.update(out.stats)
+        stats.update(_token_stats(lp, old, ent, batch, cfg))
     params = [p for p in model.parameters() if p.requires_grad]
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -163,7 +224,7 @@ def _step_metrics(samples: Sequence[TrainSample], loss: float, stats: Counter[st
         "loss": loss,
         "pg_loss": stats["pg_loss"],
         "kl_loss": stats["kl_loss"],
-        "kl": stats["kl_sum"] / tokens,
+        "kl": stats["kl_sum"] / tokens,  # to the reference (SFT) policy; 0 when no reference log-probs
         "clip_frac": stats["clipped"] / tokens,
         "ratio_mean": stats["ratio_sum"] / tokens,
         "grad_norm": grad_norm,
@@ -172,8 +233,16 @@ def _step_metrics(samples: Sequence[TrainSample], loss: float, stats: Counter[st
         "advantage_mean": float(np.mean([s.advantage for s in samples])),
         "return_mean": float(np.mean([s.ret for s in samples])),
     }
-    for agent, n in Counter(s.agent for s in samples).items():
-        m[f"samples_{agent}"] = float(n)
+    agents = sorted({s.agent for s in samples})
+    m["entropy"] = sum(stats[f"entropy_sum_{a}"] for a in agents) / tokens
+    for agent in agents:
+        n = max(stats[f"tokens_{agent}"], 1.0)
+        m[f"samples_{agent}"] = float(sum(s.agent == agent for s in samples))
+        m[f"clip_frac_{agent}"] = stats[f"clipped_{agent}"] / n
+        m[f"ratio_mean_{agent}"] = stats[f"ratio_sum_{agent}"] / n
+        m[f"entropy_{agent}"] = stats[f"entropy_sum_{agent}"] / n
+    if stats["rollout_tokens"]:
+        m["rollout_kl"] = stats["rollout_kl_sum"] / stats["rollout_tokens"]
     return m
 
 
@@ -188,6 +257,7 @@ def run_updates(
     logger: MetricLogger | None = None,
     resume_dir: Path | None = None,
     desc: str = "rl update",
+    temperature: float = 1.0,
 ) -> tuple[list[dict[str, float]], Progress]:
     """Run the plan's remaining steps (from `progress.step_in_epoch`), logging and checkpointing each.
 
@@ -202,7 +272,7 @@ def run_updates(
     steps = range(progress.step_in_epoch, len(progress.plan))
     for step in tqdm(steps, desc=desc, disable=len(steps) < 2, leave=False):
         t0 = time.perf_counter()
-        metrics = train_step(model, optimizer, [samples[i] for i in progress.plan[step]], cfg, pad_id=pad_id)
+        metrics = train_step(model, optimizer, [samples[i] for i in progress.plan[step]], cfg, pad_id=pad_id, temperature=temperature)
         metrics["update_s"] = time.perf_counter() - t0
         metrics["train_tokens_per_s"] = metrics["tokens"] / max(metrics["update_s"], 1e-9)
         progress = replace(progress, step_in_epoch=step + 1, global_step=progress.global_step + 1)
@@ -210,8 +280,9 @@ def run_updates(
         logger.log_metrics({f"rl/{k}": v for k, v in metrics.items()}, step=progress.global_step)
         every = cfg.checkpoint_every
         if resume_dir is not None and every > 0 and (step + 1) % every == 0 and step + 1 < len(progress.plan):
-            save_resume(resume_dir, model, optimizer, progress)
+            save_resume(resume_dir, model, optimizer, progress, keep=cfg.checkpoint_keep)
     return history, progress
 
 
-__all__ = ["MicroBatch", "collate", "response_logprobs", "score_samples", "make_optimizer", "plan_updates", "train_step", "run_updates"]
+__all__ = ["MicroBatch", "collate", "response_logprobs", "score_samples", "make_optimizer", "plan_updates", "train_step", "run_updates",
+           "micro_batches", "token_budget_batches", "tis_weights"]

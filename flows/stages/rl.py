@@ -91,21 +91,9 @@ def _log_library(env: StageEnv, run_id: str, epoch: int, version: int) -> None:
 
 
 def _rollout_table(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        rec = json.loads(line)
-        ep, rewards = rec["episode"], rec.get("rewards", {})
-        for turn in ep.get("turns", []):
-            res = turn.get("result") or {}
-            rows.append({
-                "episode": ep["episode_id"], "problem": ep["problem_id"], "sample": ep["sample_index"], "turn": turn["index"],
-                "skills": ",".join(ep.get("selected_ids", [])), "compiled": res.get("compiled"), "correct": res.get("correct"),
-                "speedup": res.get("speedup"), "flags": ",".join(res.get("flags", []) or []),
-                "score": (rewards.get("turn_scores") or [None] * 99)[turn["index"]],
-                "advantage": rec.get("advantages", {}).get(f"policy/{turn['index']}"),
-                "error": (res.get("error") or "")[:200],
-            })
-    return rows
+    from davinci.rl.records import read_rollouts, rollout_table
+
+    return rollout_table(read_rollouts(path))
 
 
 def _outputs(env: StageEnv, folder: Path, epochs: list[dict[str, Any]]) -> StageOutputs:

@@ -18,6 +18,8 @@ import pytest
 import torch
 
 from davinci.config import Profile
+from davinci.kernelgym.result import EvalResult
+from davinci.rl.rewards import minimal_result
 from davinci.skills import AppliesTo, Example, Preconditions, Skill
 from davinci.types import Candidate, Problem
 
@@ -158,20 +160,9 @@ def profile() -> Profile:
     )
 
 
-@dataclass(frozen=True)
-class LocalResult:
-    """The EvalResult fields the runner reads (to_dict keys), from the in-process double."""
-
-    correct: bool
-    compiled: bool
-    feedback: str
-    speedup: float | None = None
-    error_kind: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"correct": self.correct, "compiled": self.compiled, "feedback": self.feedback, "speedup": self.speedup,
-                "error_kind": self.error_kind, "timing_label": "cpu", **self.extra}
+def LocalResult(correct: bool, compiled: bool, feedback: str, speedup: float | None = None, error_kind: str | None = None) -> EvalResult:  # noqa: N802
+    """A real EvalResult from the in-process double (the fields the runner reads; the rest empty)."""
+    return minimal_result(correct, speedup, compiled=compiled, feedback=feedback, error_kind=error_kind)
 
 
 _counter = itertools.count()

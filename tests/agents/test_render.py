@@ -8,6 +8,7 @@ import json
 from davinci.agents.config import AgentsConfig
 from davinci.agents.render import PROMPT_DIR, Attempt, policy_messages, selection_messages, summary_messages, template, template_corpus
 from davinci.agents.sft_data import reference_skill, sft_examples_for
+from davinci.rl.rewards import minimal_result
 from davinci.skills import Example, Skill, SkillProvenance, parse_rerank, parse_skill_json
 
 
@@ -68,7 +69,7 @@ def test_selection_prompt_lists_the_candidates_and_its_answer_format_parses(prob
 
 def test_summary_prompt_shows_the_kernel_and_its_measurement(problems, skills):
     p = problems[0]
-    msgs = summary_messages(p, p.reference_solution, skills[:1], result={"speedup": 1.5, "timing_label": "cuda"})
+    msgs = summary_messages(p, p.reference_solution, skills[:1], result=minimal_result(True, 1.5, timing_label="cuda"))
     text = _text(msgs)
     assert p.reference_solution.strip() in text and "1.50x (GPU timing)" in text and skills[0].title in text
     assert '"guidance"' in text  # the skill JSON schema

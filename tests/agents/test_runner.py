@@ -72,12 +72,12 @@ def test_full_episode_flow(problems, library, profile, scripted, interpret_evalu
     assert relu.selection.parse_ok and relu.selected_ids == (expected[2], expected[1])
     assert not add.selection.parse_ok and add.selected_ids == add.bm25_ids[:2] and len(add.bm25_ids) == 3
     # relu is solved at turn 0 and stops (stop_when=correct); add is wrong first, then fixed with the feedback
-    assert len(relu.turns) == 1 and relu.turns[0].correct and relu.turns[0].result["feedback"] == "verdict: correct"
+    assert len(relu.turns) == 1 and relu.turns[0].correct and relu.turns[0].result.feedback == "verdict: correct"
     assert [t.correct for t in add.turns] == [False, True]
-    assert add.turns[0].result["error_kind"] == "mismatch"
+    assert add.turns[0].result.error_kind == "mismatch"
     second_prompt = add.turns[1].generation.messages
     assert [m["role"] for m in second_prompt] == ["system", "user", "assistant", "user"]
-    assert add.turns[0].result["feedback"] in second_prompt[3]["content"]
+    assert add.turns[0].result.feedback in second_prompt[3]["content"]
     assert add.turns[0].candidate.code.strip() in second_prompt[2]["content"]
     assert add.turns[1].candidate.provenance.turn == 1 and add.turns[1].candidate.backend == "triton"
     # one backend call per stage (selection, turn 0, turn 1, summary) and one evaluator call per turn
@@ -195,7 +195,7 @@ def test_with_the_real_evaluator(problems, library, profile, scripted):
                        evaluate_fn=lambda items: evaluate_batch(items, gym))
     (ep,) = eps
     first, second = ep.turns
-    assert not first.correct and first.result["error_kind"] in ("mismatch", "runtime", "compile")
-    assert first.result["feedback"] and first.result["feedback"] in second.generation.messages[3]["content"]
-    assert second.correct and second.result["flags"] == []
+    assert not first.correct and first.result.error_kind in ("mismatch", "runtime", "compile")
+    assert first.result.feedback and first.result.feedback in second.generation.messages[3]["content"]
+    assert second.correct and second.result.flags == ()
     assert Episode.from_dict(json.loads(json.dumps(ep.to_dict()))) == ep

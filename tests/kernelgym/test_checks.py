@@ -95,7 +95,8 @@ def test_reference_reuse_and_try_fallbacks():
 def test_no_kernel_backend_and_kernel_names():
     plain = "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
     assert "no_custom_kernel" in flags(plain)
-    cuda = 'from torch.utils.cpp_extension import load_inline\nsrc = "__global__ void relu_kernel(float* x) {}"\n'
+    cuda = ('from torch.utils.cpp_extension import load_inline\nsrc = "__global__ void relu_kernel(float* x) {}"\n'
+            'ext = load_inline("relu", cpp_sources="", cuda_sources=src)\n')
     info = detect_backend(cuda)
     assert info.backend == "cuda" and info.cuda_kernels == ("relu_kernel",)
     assert kernel_matches("relu_kernel(float*)", info.kernel_names)

@@ -27,7 +27,7 @@ CHEATS = {
     "cheat_lazy_subclass": ("relu", {"mismatch", "hack"}, {"output_subclass", "tensor_subclass"}),  # 8
     "cheat_result_cache_shape": ("relu", {"mismatch"}, set()),                    # 9
     "cheat_result_cache_ptr": ("relu", {"mismatch", "hack"}, set()),              # 9
-    "cheat_phase_detect": ("relu", {"hack"}, {"result_replay", "torch_compute"}),                  # 10
+    "cheat_phase_detect": ("relu", {"hack", "mismatch"}, set()),  # caught by a trial or the timed spot check                  # 10
     "cheat_timer_patch": ("relu", {"hack"}, {"monkeypatch", "patched_functions"}),  # 11
     "cheat_timer_patch_alias": ("relu", {"hack"}, {"patched_functions"}),         # 11
     "cheat_gc_introspection": ("relu", {"mismatch"}, {"introspection"}),          # 12

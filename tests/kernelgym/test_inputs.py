@@ -13,7 +13,7 @@ def test_distributions_preserve_structure_but_not_magnitude():
     sym = (a + a.t()) / 2
     tri = torch.triu(torch.rand(64, 64))
     signed = torch.randn(64, 64)
-    for name in ("scaled", "heavy_tail"):
+    for name in ("scaled", "heavy_tail", "spikes", "reshaped"):
         s, t, g = apply_distribution([sym.clone(), tri.clone(), signed.clone()], name, seed=3)  # works in place
         assert torch.equal(s, s.t()), name
         assert torch.equal(torch.triu(t), t), name
@@ -24,6 +24,17 @@ def test_distributions_preserve_structure_but_not_magnitude():
     big = torch.rand((1 << 24) + 5)
     expect = torch.sign(big) * big.max() * ((1 - 0.999 * big / big.max()) ** (-2 / 3) - 1)
     assert torch.allclose(apply_distribution([big], "heavy_tail", seed=0)[0], expect, rtol=1e-4)  # chunked == whole
+
+
+def test_spikes_leave_almost_every_value_native_and_move_a_few_far():
+    torch.manual_seed(0)
+    x = torch.rand(1 << 16) * 2 - 1
+    out = apply_distribution([x.clone()], "spikes", seed=5)[0]
+    moved = out != x
+    assert 4 <= int(moved.sum()) <= 64  # ~16 expected: a sample of the input rarely meets one ...
+    assert float(out[moved].abs().min()) >= 4 * float(x.abs().max())  # ... and each is far out of range
+    assert torch.equal(torch.sign(out), torch.sign(x))
+    assert torch.equal(out[~moved], x[~moved])
 
 
 def test_discrete_inputs_keep_their_contract():
@@ -41,4 +52,4 @@ def test_native_inputs_are_seeded_and_on_the_device():
     a, b = native_inputs(get_inputs, 11, "cpu"), native_inputs(get_inputs, 11, "cpu")
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2] == 1.5
     assert not torch.equal(native_inputs(get_inputs, 12, "cpu")[0], a[0])
-    assert DISTRIBUTIONS.names() == ("heavy_tail", "native", "scaled")
+    assert DISTRIBUTIONS.names() == ("heavy_tail", "native", "reshaped", "scaled", "spikes")

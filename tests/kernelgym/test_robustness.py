@@ -71,7 +71,8 @@ def test_escaped_processes_are_killed(quick, problem, candidate):
 def test_cuda_candidate_needs_a_gpu_and_a_broken_problem_is_not_the_candidates_fault(quick, problem):
     p = problem("relu")
     cuda_code = ('from torch.utils.cpp_extension import load_inline\nimport torch.nn as nn\n'
-                 'src = "__global__ void k(float* x) {}"\nclass ModelNew(nn.Module):\n    pass\n')
+                 'src = "__global__ void k(float* x) {}"\next = load_inline("k", cpp_sources="", cuda_sources=src)\n'
+                 'class ModelNew(nn.Module):\n    pass\n')
     r = quick.evaluate(p, Candidate(p.id, cuda_code, "cuda"))
     assert r.error_kind == "needs_gpu" and "GPU" in r.feedback
     broken = Problem(id="x/broken", source="synthetic", level=1, name="broken",

@@ -69,8 +69,28 @@ def test_timing_sources_report_the_clocks_and_the_host_bound_share():
            "eager": {"event": [], "host": [], "launch": [], "overhead_ms": 0.0}}
     got = timing_sources(raw, allowance_ms=0.2, launch_overhead_ms=0.05)
     # host - allowance: 1.3 > 1.0, 1.8 < 2.0 (but launch 2.45 > 2.0), 3.4 > 3.0: every call was host-bound
-    assert got == {"cand": {"event_ms": 2.0, "host_ms": 2.0, "launch_ms": 0.1, "overhead_ms": 0.2,
+    assert got == {"cand": {"phases_ms": {}, "event_ms": 2.0, "host_ms": 2.0, "launch_ms": 0.1, "overhead_ms": 0.2,
                             "allowance_ms": 0.2, "host_bound": pytest.approx(1.0)}}
     got = timing_sources(raw, allowance_ms=0.55, launch_overhead_ms=1.0)
     # host - 0.55: 0.95 < 1.0, 1.45 < 2.0, 3.05 > 3.0; launch - 1.0 never exceeds the events: one of three
     assert got["cand"]["host_bound"] == pytest.approx(1 / 3)
+
+
+def test_wall_floor_raises_a_time_reported_below_the_supervisors_clock():
+    from davinci.kernelgym.perf import wall_floor
+
+    # twin: 2 calls of 1 ms in a 5 ms request each round -> gap 3 ms, spread 0 -> slack 0.2 + 0.1*3 = 0.5 ms
+    twin, twin_walls = [1.0] * 6, [5.0, 5.0, 5.0]
+    lying, ratios = wall_floor([0.5] * 6, [5.0, 5.0, 5.0], twin, twin_walls, per_round=2)
+    # (5 - 3 - 0.5) / 2 - 0.02 * 0.5 = 0.74
+    assert lying == pytest.approx([0.74] * 6) and ratios == pytest.approx([1.48] * 3)
+    honest, ratios = wall_floor([1.0] * 6, [5.0, 5.0, 5.0], twin, twin_walls, per_round=2)
+    assert honest == [1.0] * 6 and ratios == pytest.approx([0.73] * 3)  # within the clock: untouched
+
+
+def test_wall_floor_uses_the_twins_median_gap_so_one_slow_twin_round_cannot_open_the_bar():
+    from davinci.kernelgym.perf import wall_floor
+
+    # one twin round took 50 ms longer (a hiccup): the median gap stays 3, its spread 0 -> the floor holds
+    out, _ = wall_floor([0.1] * 6, [5.0] * 3, [1.0] * 6, [5.0, 55.0, 5.0], per_round=2)
+    assert min(out) == pytest.approx(0.748)  # (5 - 3 - 0.5) / 2 - 0.02 * 0.1

@@ -28,13 +28,15 @@ def test_batched_greedy_equals_unbatched(tiny_backbone_session):
     assert len({len(o.prompt_ids) for o in batched}) > 1  # the batch really needed padding
 
 
-def test_logprobs_match_a_forward_pass_even_when_sampling_is_warped(tiny_backbone_session):
+def test_logprobs_are_the_tempered_distribution_before_top_p(tiny_backbone_session):
+    # log pi_T (what the trainer scores at agents.temperature), not the raw T=1 logits nor the top-p renormalised
+    # distribution
     bb = tiny_backbone_session
     outs = HFBackend(bb).generate(_prompts(), Sampling(max_new_tokens=16, temperature=0.7, top_p=0.9, seed=1))
     for out in outs:
         ids = torch.tensor([list(out.prompt_ids) + list(out.response_ids)])
         with torch.no_grad():
-            logp = bb.model(ids).logits.log_softmax(-1)[0]
+            logp = (bb.model(ids).logits / 0.7).log_softmax(-1)[0]
         p = len(out.prompt_ids)
         expected = [logp[p - 1 + i, tok].item() for i, tok in enumerate(out.response_ids)]
         assert len(out.logprobs) == len(out.response_ids) == 16

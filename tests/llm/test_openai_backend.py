@@ -3,12 +3,8 @@ subprocess on a free port, serving a tiny checkpoint (no mocked client, no mocke
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,48 +13,18 @@ from davinci.llm.backends import ensure_ids, make_backend
 from davinci.llm.backends.hf import HFBackend
 from davinci.llm.backends.openai import BackendUnavailable, OpenAIBackend, api_root
 from davinci.llm.config import ModelConfig
+from davinci.llm.server import ServerProcess
 from davinci.llm.types import Sampling
 
-REPO = Path(__file__).resolve().parents[2]
 PROMPTS = [[{"role": "system", "content": "You are terse."}, {"role": "user", "content": "def f(x):"}], [{"role": "user", "content": "import torch\n" * 3}]]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tiny_backbone_session, tmp_path_factory):
     """(base_url, backbone): the server process serves a checkpoint of the session's tiny backbone."""
     ckpt = tiny_backbone_session.save(tmp_path_factory.mktemp("served") / "tiny")
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("log") / "server.log", "w+")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "davinci.llm.server", "--checkpoint", str(ckpt), "--port", str(port), "--device", "cpu", "--model-name", "tiny"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"server exited with {proc.returncode}:\n{log.read()}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("server did not come up within 120 s")
-    yield url, tiny_backbone_session
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    with ServerProcess(ckpt, model_name="tiny", log_path=tmp_path_factory.mktemp("log") / "server.log") as proc:
+        yield proc.url, tiny_backbone_session
 
 
 def test_greedy_over_http_equals_in_process_generation(server):
@@ -106,7 +72,10 @@ def test_a_request_the_server_rejects_fails_at_once_with_its_message(server):
 
 
 def test_an_unreachable_server_fails_after_retries_naming_the_fix():
-    backend = OpenAIBackend(f"http://127.0.0.1:{_free_port()}/v1", model="m", max_retries=2, backoff_s=0.01, timeout_s=2)
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    backend = OpenAIBackend(f"http://127.0.0.1:{port}/v1", model="m", max_retries=2, backoff_s=0.01, timeout_s=2)
     with pytest.raises(BackendUnavailable, match="after 3 attempts") as info:
         backend.generate(PROMPTS[:1], Sampling(max_new_tokens=4))
     assert "davinci.llm.server" in str(info.value)

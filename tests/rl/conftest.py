@@ -71,7 +71,7 @@ def _episode_types():
 
 
 def make_episode(episode_id: str, problem_id: str, results, *, epoch: int = 0, selected=(), summary_text: str | None = None, skill_id: str = ""):
-    """An episode whose policy turn t has EvalResult dict results[t]; ids are tiny and distinct per role."""
+    """An episode whose policy turn t has the EvalResult results[t] (None: no code); ids are tiny and distinct per role."""
     from davinci.llm.types import GenOutput
 
     Generation, Turn, Episode = _episode_types()

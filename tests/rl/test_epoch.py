@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import davinci.rl.epoch as epoch_mod
 from davinci.config import profile_from_dict
 from davinci.llm.tiny import create_tiny_backbone
 from davinci.llm.types import Sampling
 from davinci.rl.credit import write_admissions
-from davinci.rl.epoch import EpochInputs, load_epoch_outputs, run_rl_epoch
+from davinci.rl.epoch import Collaborators, EpochInputs, load_epoch_outputs, run_rl_epoch
+from davinci.rl.rewards import minimal_result
 from davinci.tracking import MemoryLogger
 from davinci.types import Problem
 
@@ -63,9 +63,9 @@ def make_fake_runner(episode_types):
                     g_t = gen("policy", f"write ModelNew for {p.code} attempt {t}", t)
                     ids = g_t.output.response_ids
                     # a verdict that depends on what was generated, so advantages are not all zero
-                    result = {"compiled": True, "correct": sum(ids) % 3 != 0, "flags": [], "speedup": 1.0 + (ids[0] % 4) / 2}
+                    result = minimal_result(sum(ids) % 3 != 0, 1.0 + (ids[0] % 4) / 2)
                     turns.append(Turn(t, g_t, None, result))
-                solved = any(t.result["correct"] for t in turns)
+                solved = any(t.correct for t in turns)
                 summ = gen("summary", f"summarize {eid}", 0) if solved else None
                 cand = {"id": f"cand-{eid}"} if solved else None
                 chosen = (skills[g % len(skills)],)
@@ -76,15 +76,14 @@ def make_fake_runner(episode_types):
 
 
 @pytest.fixture
-def runner(episode_types, monkeypatch):
+def runner(episode_types):
+    """The epoch's collaborators: the fake runner, no evaluator (verdicts are synthetic), the real backend."""
     run = make_fake_runner(episode_types)
 
     def call(problems, library, backend, profile, epoch, evaluate_fn):
         return run(problems, library, backend, profile, epoch=epoch, group_size=profile.agents.group_size, greedy=False, evaluate_fn=evaluate_fn)
 
-    monkeypatch.setattr(epoch_mod, "_run_episodes", call)
-    monkeypatch.setattr(epoch_mod, "_evaluate_fn", lambda profile: (lambda items, *a, **k: []))
-    return run
+    return Collaborators(run_episodes=call, evaluate=lambda profile: (lambda items, *a, **k: []))
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +134,7 @@ class CrashAt(MemoryLogger):
 
 def test_epoch_runs_resumes_exactly_and_is_idempotent(world, runner, tmp_path):
     logger = MemoryLogger()
-    full = run_rl_epoch(_inputs(world, tmp_path / "full", logger=logger))
+    full = run_rl_epoch(_inputs(world, tmp_path / "full", logger=logger), runner)
     # files and numbers
     n_samples = len(Path(full.samples_path).read_text().splitlines())
     assert full.timing.steps == -(-n_samples // PROFILE.rl.batch_size)  # ceil: the last step may be short
@@ -153,22 +152,22 @@ def test_epoch_runs_resumes_exactly_and_is_idempotent(world, runner, tmp_path):
 
     # crash while logging step 3 (after step 2's checkpoint), then the task's retry on the same folder
     with pytest.raises(Crash):
-        run_rl_epoch(_inputs(world, tmp_path / "crash", logger=CrashAt(3)))
-    assert Path(tmp_path / "crash" / "_resume" / "resume.pt").exists()
+        run_rl_epoch(_inputs(world, tmp_path / "crash", logger=CrashAt(3)), runner)
+    assert list((tmp_path / "crash" / "_resume").glob("resume-*.pt"))
     retry_logger = MemoryLogger()
-    resumed = run_rl_epoch(_inputs(world, tmp_path / "crash", logger=retry_logger))
+    resumed = run_rl_epoch(_inputs(world, tmp_path / "crash", logger=retry_logger), runner)
     assert Path(resumed.samples_path).read_bytes() == Path(full.samples_path).read_bytes()  # same rollouts
     assert retry_logger.series("rl/loss")[0] == logger.series("rl/loss")[2]  # the loss of step 3, exactly
     assert torch.equal(_weights(resumed.checkpoint_dir), _weights(full.checkpoint_dir))  # final weights
     assert resumed.global_step == full.global_step
 
     # idempotent: a complete folder returns its saved outputs without loading a model
-    again = run_rl_epoch(_inputs(world, tmp_path / "full", logger=MemoryLogger()))
+    again = run_rl_epoch(_inputs(world, tmp_path / "full", logger=MemoryLogger()), runner)
     assert again == full == load_epoch_outputs(full.output_dir)
 
 
 def test_next_epoch_trains_delayed_summaries(world, runner, tmp_path):
-    first = run_rl_epoch(_inputs(world, tmp_path / "e0"))
+    first = run_rl_epoch(_inputs(world, tmp_path / "e0"), runner)
     pending = [json.loads(x) for x in Path(first.pending_summaries_path).read_text().splitlines()]
     candidates = [json.loads(x) for x in Path(first.candidates_path).read_text().splitlines()]
     assert pending and len(pending) == len(candidates)
@@ -178,7 +177,8 @@ def test_next_epoch_trains_delayed_summaries(world, runner, tmp_path):
     write_admissions(tmp_path / "adm.jsonl", [{"skill_id": "s-new", "outcome": "admitted", "episode_id": admitted["episode_id"]}])
     second = run_rl_epoch(
         _inputs(world, tmp_path / "e1", epoch=1, ckpt=Path(first.checkpoint_dir), previous_epoch_dir=first.output_dir,
-                admissions_path=str(tmp_path / "adm.jsonl"))
+                admissions_path=str(tmp_path / "adm.jsonl")),
+        runner,
     )  # fmt: skip
     samples = [json.loads(x) for x in Path(second.samples_path).read_text().splitlines()]
     summ = {s["key"]: s for s in samples if s["agent"] == "summary"}
@@ -191,7 +191,7 @@ def test_next_epoch_trains_delayed_summaries(world, runner, tmp_path):
     state = torch.load(Path(second.checkpoint_dir) / "trainer_state.pt", weights_only=False)
     assert state["reference_dir"] == str(root / "sft") and state["library_version"] == str(version)
     # without the skills stage's decisions the summaries' reward is unknown (not 0): they are not trained
-    blind = run_rl_epoch(_inputs(world, tmp_path / "e1b", epoch=1, ckpt=Path(first.checkpoint_dir), previous_epoch_dir=first.output_dir))
+    blind = run_rl_epoch(_inputs(world, tmp_path / "e1b", epoch=1, ckpt=Path(first.checkpoint_dir), previous_epoch_dir=first.output_dir), runner)
     assert blind.metrics["summaries_credited"] == 0
     assert not any(json.loads(x)["agent"] == "summary" for x in Path(blind.samples_path).read_text().splitlines())
 
@@ -203,10 +203,10 @@ def test_unknown_names_fail_before_any_work(world, runner, tmp_path):
 
     bad = replace(PROFILE, rl=replace(PROFILE.rl, advantage="gae"))
     with pytest.raises(UnknownName, match="trloo"):
-        run_rl_epoch(replace(_inputs(world, tmp_path / "bad"), profile=bad))
+        run_rl_epoch(replace(_inputs(world, tmp_path / "bad"), profile=bad), runner)
     assert not (tmp_path / "bad").exists()
     from davinci.errors import ConfigError
 
     partial = replace(PROFILE, rl=replace(PROFILE.rl, agent_weights={"policy": 1.0}))
     with pytest.raises(ConfigError, match="selection, summary"):
-        run_rl_epoch(replace(_inputs(world, tmp_path / "bad"), profile=partial))
+        run_rl_epoch(replace(_inputs(world, tmp_path / "bad"), profile=partial), runner)

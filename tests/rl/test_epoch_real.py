@@ -4,21 +4,18 @@ Everything is the production path except the language model's text: a scripted b
 OpenAI-compatible server that returns text only, no ids or logprobs) answers the policy prompts with the
 problem's reference Triton solution for even-numbered prompts and a wrong kernel for odd ones, and
 answers everything else with prose. So the evaluator really compiles and checks kernels, the rewards come
-from real `EvalResult` dicts, the ids are re-encoded from text, and the group has distinct rewards.
+from real `EvalResult`s, the ids are re-encoded from text, and the group has distinct rewards.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-import davinci.rl.epoch as epoch_mod
 from davinci.config import profile_from_dict
 from davinci.llm.tiny import create_tiny_backbone
 from davinci.llm.types import GenOutput
-from davinci.rl.epoch import EpochInputs, run_rl_epoch
+from davinci.rl.epoch import Collaborators, EpochInputs, run_rl_epoch
+from davinci.rl.records import read_rollouts
 from davinci.tracking import MemoryLogger
 
 WRONG = '''import torch
@@ -47,7 +44,7 @@ class ScriptedServer:
 
 
 @pytest.mark.slow
-def test_real_runner_and_evaluator_epoch(tmp_path, monkeypatch):
+def test_real_runner_and_evaluator_epoch(tmp_path):
     from data_prep import builtin_problems
     from davinci.skills import SkillStore
     from davinci.skills.seed import SEED_DIR, load_seed_skill
@@ -67,19 +64,19 @@ def test_real_runner_and_evaluator_epoch(tmp_path, monkeypatch):
     bb.save(tmp_path / "sft")
     store = SkillStore(tmp_path / "skills")
     lib = store.commit([load_seed_skill(SEED_DIR / "triton-bias-gelu-residual")], parent=None, note="seed")
-    monkeypatch.setattr(epoch_mod, "_make_backend", lambda backbone, prof: ScriptedServer(relu.reference_solution))
     logger = MemoryLogger()
     out = run_rl_epoch(
         EpochInputs(
             checkpoint_dir=str(tmp_path / "sft"), output_dir=str(tmp_path / "e0"), skill_store_root=str(tmp_path / "skills"),
             library_version=lib.version, problems=(relu,), profile=profile, epoch=0, device="cpu", logger=logger,
-        )  # fmt: skip
+        ),  # fmt: skip
+        Collaborators(make_backend=lambda backbone, prof: ScriptedServer(relu.reference_solution)),
     )
-    rows = [json.loads(x) for x in Path(out.rollouts_path).read_text().splitlines()]
-    results = [r["episode"]["turns"][0]["result"] for r in rows]
-    assert [bool(r and r["correct"]) for r in results] == [True, False], [r and r.get("error") for r in results]
+    records = read_rollouts(out.rollouts_path)
+    results = [r.episode.turns[0].result for r in records]
+    assert [bool(r and r.correct) for r in results] == [True, False], [r and r.error for r in results]
     # Dr. Kernel reward without timings: 0.5 for the correct kernel, 0 for the wrong one; TRLOO +-0.5
-    assert [r["rewards"]["turn_scores"] for r in rows] == [[0.5], [0.0]]
-    assert [r["advantages"]["policy/0"] for r in rows] == pytest.approx([0.5, -0.5])
+    assert [list(r.rewards.turn_scores) for r in records] == [[0.5], [0.0]]
+    assert [r.advantages["policy/0"] for r in records] == pytest.approx([0.5, -0.5])
     assert out.timing.evaluation_s > 0 and out.timing.evaluations == 2 and out.metrics["correct_rate"] == 0.5
     assert out.global_step == 1 and logger.series("rl/loss")

@@ -6,6 +6,7 @@ Same loss at step k+1 (bit for bit), same final weights and optimizer state; RNG
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -106,3 +107,12 @@ def test_corrupt_resume_file_is_a_clear_error(lm_factory, tmp_path):
     model = lm_factory()
     with pytest.raises(MalformedInput, match="delete"):
         load_resume(tmp_path, model, make_optimizer(model, CFG))
+
+
+def test_resume_checkpoints_are_retained_and_a_torn_newest_falls_back(lm_factory, sample_factory, tmp_path):
+    model, opt, _, progress = _setup(lm_factory, sample_factory(4, seed=3))
+    for step in (1, 2, 3):
+        save_resume(tmp_path, model, opt, replace(progress, step_in_epoch=step, global_step=step), keep=2)
+    assert sorted(p.name for p in tmp_path.glob("resume-*.pt")) == ["resume-000000002.pt", "resume-000000003.pt"]
+    (tmp_path / "resume-000000003.pt").write_bytes(b"torn while writing")  # a crash mid-write of the newest
+    assert load_resume(tmp_path, model, opt).global_step == 2

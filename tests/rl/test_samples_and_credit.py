@@ -11,15 +11,22 @@ import davinci.rl.credit as credit_mod
 from davinci.llm.config import ModelConfig
 from davinci.llm.tiny import create_tiny_backbone
 from davinci.llm.types import GenOutput
+from davinci.config import Profile
 from davinci.rl.config import RLConfig
+from davinci.rl.rewards import minimal_result
 from davinci.rl.credit import admission_row, delayed_summary_rewards, read_admissions, write_admissions
 from davinci.rl.samples import PendingSummary, build_samples, generation_ids, summary_samples, to_pending
 
-FAIL = {"compiled": True, "correct": False, "flags": []}
+FAIL = minimal_result(False, None)
 
 
-def ok(speedup: float) -> dict:
-    return {"compiled": True, "correct": True, "flags": [], "speedup": speedup}
+def ok(speedup: float):
+    return minimal_result(True, speedup)
+
+
+def prof(**rl):
+    """The default profile with these rl values (build_samples reads rl and the turn horizon)."""
+    return Profile(rl=RLConfig(**rl))
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +43,7 @@ def test_build_samples_groups_and_advantages_by_hand(episode_factory, backbone):
     a = episode_factory("A", "p", [FAIL, ok(1.0)])
     b = episode_factory("B", "p", [ok(2.0), ok(3.0)])
     pend = PendingSummary("old", "q", 0, "s9", (5, 6, 20, 21), 2, (-0.3, -0.2))
-    samples, rewards, _ = build_samples([a, b], RLConfig(), backbone, [pend], [2.0])
+    samples, rewards, _ = build_samples([a, b], prof(), backbone, [pend], [2.0])
     adv = {s.key: s.advantage for s in samples}
     assert adv == pytest.approx(
         {"A/policy/0": -2.5, "A/policy/1": -1.0, "A/selection/0": -1.0, "B/policy/0": 2.5, "B/policy/1": 1.0, "B/selection/0": 1.0, "old/summary/0": 2.0}
@@ -51,7 +58,7 @@ def test_build_samples_groups_and_advantages_by_hand(episode_factory, backbone):
 
 
 def test_backend_logprobs_kept_when_asked(episode_factory, backbone):
-    samples, _, _ = build_samples([episode_factory("A", "p", [ok(1.0)])], RLConfig(behaviour_logprobs="backend"), backbone)
+    samples, _, _ = build_samples([episode_factory("A", "p", [ok(1.0)])], prof(behaviour_logprobs="backend"), backbone)
     assert samples[0].old_logprobs == (-1.0, -0.5, -0.1)
 
 
@@ -83,7 +90,8 @@ def test_credit_doctests():
 
 
 def test_delayed_summary_reward_by_hand(episode_factory, tmp_path):
-    # 4 episodes this epoch; skill "new-a" (from episode A, admitted) selected in 1 of them -> 1 + 0.25
+    # 4 episodes of problem p this epoch; skill "new-a" (from episode A, admitted) selected in episode 0,
+    # which solved p; of the 3 that did not select it, 1 solved: effect 1 - 1/3 -> reward 1 + 2/3.
     # B's skill was rejected -> 0; C's was merged into a better skill -> 0; D's JSON was rejected -> 0
     pend = [PendingSummary(e, "p", 0, sid, (1, 2), 1, (-1.0,)) for e, sid in [("A", "a"), ("B", "b"), ("C", "c"), ("D", "")]]
     decisions = [
@@ -94,8 +102,11 @@ def test_delayed_summary_reward_by_hand(episode_factory, tmp_path):
     path = write_admissions(tmp_path / "admissions.jsonl", decisions)
     rows = read_admissions(path)
     assert rows[0] == {"skill_id": "new-a", "outcome": "admitted", "episode_id": "A"}
-    eps = [episode_factory(str(i), "p", [FAIL], selected=("new-a",) if i == 0 else ("x",)) for i in range(4)]
-    assert delayed_summary_rewards(pend, rows, eps, RLConfig()) == pytest.approx([1.25, 0.0, 0.0, 0.0])
+    eps = [episode_factory(str(i), "p", [ok(1.0) if i in (0, 3) else FAIL], selected=("new-a",) if i == 0 else ("x",)) for i in range(4)]
+    assert delayed_summary_rewards(pend, rows, eps, RLConfig()) == pytest.approx([1 + 2 / 3, 0.0, 0.0, 0.0])
+    # selected often but no better than going without: no credit for use (admission only)
+    same = [episode_factory(str(i), "p", [ok(1.0)], selected=("new-a",) if i < 3 else ()) for i in range(4)]
+    assert delayed_summary_rewards(pend[:1], rows, same, RLConfig()) == pytest.approx([1.0])
 
 
 def test_admission_row_reads_real_decisions():
@@ -111,7 +122,7 @@ def test_admission_row_reads_real_decisions():
 
 def test_too_long_generations_are_dropped_and_counted(episode_factory, backbone):
     # every generation here is 3 prompt + 3 response tokens = 6; a limit of 5 drops them all
-    samples, _, counts = build_samples([episode_factory("A", "p", [ok(1.0)])], RLConfig(max_train_tokens=5), backbone)
+    samples, _, counts = build_samples([episode_factory("A", "p", [ok(1.0)])], prof(max_train_tokens=5), backbone)
     assert samples == [] and counts["samples_too_long_dropped"] == 2.0  # the policy turn and the selection
-    samples, _, counts = build_samples([episode_factory("A", "p", [ok(1.0)])], RLConfig(max_train_tokens=6), backbone)
+    samples, _, counts = build_samples([episode_factory("A", "p", [ok(1.0)])], prof(max_train_tokens=6), backbone)
     assert len(samples) == 2 and counts["samples_too_long_dropped"] == 0.0

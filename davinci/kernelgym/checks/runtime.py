@@ -45,12 +45,15 @@ class Evidence:
     overhead_ms: float = 0.0
     reported_ms: float | None = None
     wall_floor_ratios: list[float] = field(default_factory=list)  # per round: supervisor's floor / reported
+    wall_excess_ms: list[float] = field(default_factory=list)     # per round: wall - twin's gap - reported
+    reported_round_ms: list[float] = field(default_factory=list)  # per round: the candidate's reported total
     wall_estimate_ms: float | None = None
     roofline: str | None = None
     channel: str | None = None
     timing_rounds: int = 0
     gpu_busy: str | None = None                 # a baseline's idle probe found the GPU held by other work
     torch_compute: str | None = None            # accounting.py: the answer depended on PyTorch's own results
+    watched: str | None = None                  # audit.py: far slower when the accounting was on
     host_compute: str | None = None             # CPU: the output's values were not stored by the kernels
     coverage: float | None = None               # own kernels' share of forward time (profiler, or CPU launch clock)
     min_coverage: float = 0.0
@@ -105,6 +108,13 @@ def host_compute(ev: Evidence) -> str | None:
     """On the CPU: the output's elements were not written by the candidate's kernels (the interpreter's
     record of every store, compared with the values the forward returned)."""
     return ev.host_compute
+
+
+@RUNTIME_CHECKS.register("watched_behaviour")
+def watched_behaviour(ev: Evidence) -> str | None:
+    """A timed request with the evaluator's accounting on took far longer than the scored ones: the
+    candidate runs other code when it can see it is watched (audit.py)."""
+    return ev.watched
 
 
 @RUNTIME_CHECKS.register("low_coverage")
@@ -206,16 +216,37 @@ def gpu_not_idle(ev: Evidence) -> str | None:
 
 # A median floor this many times the reported time is a timer that lies, not jitter (the floor alone
 # already bounds the figure; see perf.wall_floor).
-WALL_FLAG_RATIO = 2.0
+WALL_FLAG_RATIO = 1.5
+
+
+# A clock that runs slow in the candidate's process: its requests take longer than the twin's harness cost
+# plus what it reported in at least this share of the rounds (an honest one: about half), by a median of
+# at least EXCESS_MIN_MS and EXCESS_MIN_REL of what it reported, over at least EXCESS_MIN_ROUNDS rounds
+# (honest candidates measured on a loaded 2-core box: median excess 2-10% of what they reported).
+EXCESS_SHARE, EXCESS_MIN_MS, EXCESS_MIN_REL, EXCESS_MIN_ROUNDS = 0.85, 0.5, 0.25, 3
+
+
+def slow_clock(excess: list[float], reported: list[float]) -> str | None:
+    if len(excess) < EXCESS_MIN_ROUNDS or not reported:
+        return None
+    share = sum(1 for e in excess if e > 0) / len(excess)
+    median, base = statistics.median(excess), statistics.median(reported)
+    if share >= EXCESS_SHARE and median > max(EXCESS_MIN_MS, EXCESS_MIN_REL * base):
+        return (f"in {100 * share:.0f}% of the timing rounds the supervisor's clock ran {median:.2f} ms past what the "
+                f"candidate reported ({base:.2f} ms a round) plus the harness's own cost: its clock runs slow")
+    return None
 
 
 @RUNTIME_CHECKS.register("wall_clock_mismatch")
 def wall_clock_mismatch(ev: Evidence) -> str | None:
     """The candidate's reported time is far below what the supervisor's own clock allows."""
     finite = [r for r in ev.wall_floor_ratios if r == r]
-    if finite and statistics.median(finite) > WALL_FLAG_RATIO:
+    if len(finite) >= 2 and statistics.median(finite) > WALL_FLAG_RATIO:
         return (f"the timed calls reported {statistics.median(finite):.1f}x less time than the supervisor's own clock "
                 "of the same requests allows (the figure was raised to the clock's floor)")
+    slow = slow_clock(ev.wall_excess_ms, ev.reported_round_ms)
+    if slow:
+        return slow
     if ev.reported_ms is None or ev.wall_estimate_ms is None or ev.timing_rounds < 2:
         return None
     if ev.wall_estimate_ms > 2.0 * ev.reported_ms + 1.0:

@@ -30,21 +30,26 @@ from davinci.llm.types import GenOutput, Message, Sampling
 
 
 class LogprobRecorder:
-    """Logits processor that records log p(chosen token) under the raw logits, one step behind.
+    """Logits processor that records log p_T(chosen token) at the sampling temperature, one step behind.
+
+    transformers runs custom processors before its temperature warper, so the scores arrive raw; they are
+    divided by T here, so the recorded log-probs are those of the distribution sampled from, the same
+    quantity the trainer scores (`davinci.rl.logprobs`, temperature = `agents.temperature`).
 
     At step s it receives the ids so far ([B, P + s], whose last column is the token chosen at step s - 1)
     and the raw scores of step s ([B, V]); it gathers the previous step's log-probability of that token and
     keeps this step's log-softmax for the next call. `finish(sequences)` gathers the last step.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, temperature: float = 1.0) -> None:
+        self.temperature = temperature if temperature > 0 else 1.0
         self.prev: torch.Tensor | None = None  # [B, V] log-softmax of the previous step
         self.steps: list[torch.Tensor] = []  # N tensors of [B]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prev is not None:
             self.steps.append(self.prev.gather(1, input_ids[:, -1:]).squeeze(1))
-        self.prev = torch.log_softmax(scores.float(), dim=-1)
+        self.prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
         return scores
 
     def finish(self, sequences: torch.Tensor) -> torch.Tensor:
@@ -97,8 +102,8 @@ class HFBackend:
         """Generate for already-encoded prompts (one batch)."""
         bb = self.backbone
         ids, attn = left_pad(rows, bb.pad_token_id)
-        recorder = LogprobRecorder()
         greedy = is_greedy(sampling)
+        recorder = LogprobRecorder(1.0 if greedy else sampling.temperature)
         knobs = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
         was_training = bb.model.training
         bb.model.eval()

@@ -107,6 +107,11 @@ class OpenAIBackend:
             "start the server (infra/vllm/README.md or `python -m davinci.llm.server --checkpoint DIR --port N`) and check model.openai_base_url",
         )
 
+    def call(self, method: str, path: str, payload: dict | None = None) -> Any:
+        """One request to the server (with the retries above), e.g. the weight-update endpoints."""
+        with httpx.Client() as client:
+            return self._request(client, method, path, payload)
+
     def served_model(self, client: httpx.Client) -> str:
         """The configured model name, else the first model the server lists."""
         if self.model:

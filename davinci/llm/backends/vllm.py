@@ -6,8 +6,9 @@ that runs inside such an environment. `vllm` is imported lazily, on the first `g
 imported, `ConfigError` names the fix (use `vllm serve` + `model.backend=openai`).
 
 Choices:
-- The engine loads a checkpoint folder (`model.name_or_path`, else the folder the backbone was loaded
-  from); after a weight update save the backbone and call `reload(folder)`.
+- The engine loads the folder the live backbone was loaded from (its merged weights: the weights being
+  trained), else `model.name_or_path` when there is no backbone; after a weight update save the backbone
+  and call `reload(folder)`. Loading the hub base model instead would sample from stale weights.
 - `llm.chat` applies the checkpoint's own chat template, like `Backbone.encode_chat`.
 - One `SamplingParams` per prompt (seed + i), `logprobs=0`: vLLM then returns the chosen token's logprob
   under the raw model distribution (its default logprobs mode), the same convention as the HF backend.
@@ -45,7 +46,8 @@ class VLLMBackend:
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, backbone: Any = None) -> "VLLMBackend":
-        path = cfg.name_or_path or (getattr(backbone, "base_path", "") if backbone is not None else "")
+        live = getattr(backbone, "source_dir", "") if backbone is not None else ""
+        path = live or cfg.name_or_path
         return cls(path, cfg)
 
     def engine(self) -> Any:

@@ -1,0 +1,225 @@
+"""The learning demonstration: does RL raise held-out correctness, and by more than two controls?
+
+Protocol (issue 13, item 6), every piece the engine's own code:
+  1. task family: synthetic op-chain problems (`data_prep.synthesis`, generated fused Triton solutions);
+     the held-out split is by operator-signature family (`tags[2]`): a family is either all train or all
+     held out, so no held-out chain shares its op signature with a training chain, and nothing trains on it;
+  2. model: the tiny Llama (`create_tiny_backbone`, tokenizer trained on the training text only), sized by
+     --hidden/--layers (defaults: ~20M parameters on a GPU);
+  3. SFT on the training problems, stopped early (--sft-steps) so held-out correctness sits between 0 and 1;
+  4. three arms from that same SFT checkpoint, at equal optimizer steps:
+       rl        `run_rl_epoch` epochs on a fixed probe set of training problems (the same every epoch);
+       sft       continued SFT on the training problems for as many optimizer steps as rl took;
+       flipped   rl with the advantages negated (estimator `trloo_flipped`, registered here only);
+  5. held-out eval of the SFT checkpoint and of each arm on the same problems (`agents.evaluation.run_eval`,
+     greedy, `eval.turns` turns), correctness per problem; after - before paired over problems with a
+     bootstrap 95% CI (`paired_bootstrap_ci`).
+Writes $OUT/summary.json (heldout_n, before, after, ci95_low, ci95_high, control_sft_after,
+control_flipped_after, device, commit, ...), $OUT/per_problem.jsonl, $OUT/learning.png, $OUT/log.txt.
+
+    PYTHONPATH=. OUT=benchmarks/results/h100/learning python benchmarks/gpu/learning_demo.py   # one H100, ~30 min
+    PYTHONPATH=. OUT=/tmp/demo python benchmarks/gpu/learning_demo.py --smoke-cpu                 # mechanics only
+
+Not yet run on an H100 (written by the issue-13 branch); the defaults are a first guess to calibrate:
+watch `before` (want well inside (0, 1)) and lower --sft-steps when it is near 1, raise when near 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+T0 = time.perf_counter()
+
+
+def log(out: Path, msg: str) -> None:
+    line = f"[{time.perf_counter() - T0:7.1f}s] {msg}"
+    print(line, flush=True)
+    with (out / "log.txt").open("a") as fh:
+        fh.write(line + "\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--synthetic", type=int, default=2400, help="op-chain problems to generate")
+    ap.add_argument("--heldout-every", type=int, default=8, help="one signature family in this many is held out")
+    ap.add_argument("--heldout-max", type=int, default=300)
+    ap.add_argument("--probe", type=int, default=48, help="training problems rolled out every RL epoch")
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=384)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke-cpu", action="store_true", help="a few problems, tiny sizes, CPU: checks the mechanics")
+    ap.add_argument("--set", action="append", default=[], help="extra profile override key=value")
+    args = ap.parse_args(argv)
+    if args.smoke_cpu:
+        args.synthetic, args.heldout_every, args.heldout_max, args.probe = 24, 3, 4, 3
+        args.epochs, args.group_size, args.hidden, args.layers, args.sft_steps, args.device = 1, 2, 32, 1, 20, "cpu"
+        args.set = ["agents.max_new_tokens=48", "gym.workers=1", *args.set]
+    return args
+
+
+def build_profile(args: argparse.Namespace) -> Any:
+    from davinci.config import load_profile
+
+    overrides = [
+        f"seed={args.seed}", f"gym.device={args.device}", "gym.baselines=[eager]", "gym.measure_performance=false",
+        f"model.tiny_hidden={args.hidden}", f"model.tiny_layers={args.layers}", f"model.tiny_heads={max(2, args.hidden // 64)}",
+        f"model.tiny_intermediate={4 * args.hidden}", "model.max_seq_len=4096",
+        f"agents.group_size={args.group_size}", f"agents.turns={args.turns}", "agents.summarize=false", "skills.rerank=false",
+        "rl.problems_per_epoch=0", "rl.batch_size=32", "rl.checkpoint_every=0",
+        f"sft.max_steps={args.sft_steps}", "sft.epochs=1000", f"eval.turns={args.turns}", *args.set,
+    ]  # fmt: skip
+    return load_profile("tiny", overrides)
+
+
+def split(problems: list[Any], every: int, heldout_max: int) -> tuple[list[Any], list[Any]]:
+    """(train, held-out) by signature family: a family is held out when its crc32 falls in 1/every."""
+    held = [p for p in problems if zlib.crc32(p.tags[2].encode()) % every == 0][:heldout_max]
+    ids = {p.id for p in held}
+    families = {p.tags[2] for p in held}
+    train = [p for p in problems if p.id not in ids and p.tags[2] not in families]
+    return train, held
+
+
+def register_flipped() -> None:
+    from davinci.rl.advantages import ADVANTAGES, trloo
+
+    if "trloo_flipped" not in ADVANTAGES:
+        ADVANTAGES.register("trloo_flipped")(lambda returns, groups: -trloo(returns, groups))
+
+
+def sft(profile: Any, train: list[Any], work: Path, out: Path, start: Path | None, max_steps: int) -> Path:
+    """SFT on the training problems (from scratch when `start` is None); returns the saved checkpoint."""
+    from data_prep import build_sft_examples
+    from davinci.llm.backbone import Backbone
+    from davinci.llm.sft import train_sft
+    from davinci.llm.tiny import create_tiny_backbone
+    from davinci.tracking import MemoryLogger
+
+    examples = [ex for ex in build_sft_examples(train, [], seed=profile.seed) if ex.agent == "policy"]  # no skills, no summaries
+    if start is None:
+        corpus = [m["content"] for ex in examples for m in ex.messages]
+        backbone = create_tiny_backbone(corpus, profile.model, seed=profile.seed, device=profile.gym.device)
+    else:
+        backbone = Backbone.load(start, profile.model, profile.gym.device)
+    stats = train_sft(backbone, examples, replace(profile.sft, max_steps=max_steps), MemoryLogger(), progress=False)
+    log(out, f"sft {work.name}: {stats.steps} steps on {len(examples)} examples, loss {stats.first_loss:.3f} -> {stats.final_loss:.3f}")
+    return backbone.save(work)
+
+
+def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, epochs: int) -> tuple[Path, int]:
+    """RL epochs on the fixed probe set; returns the last checkpoint and the optimizer steps taken."""
+    from davinci.rl.epoch import EpochInputs, run_rl_epoch
+    from davinci.skills import SkillStore
+
+    version = SkillStore(work / "skills").commit([], parent=None, note="empty").version
+    ckpt, steps = sft_ckpt, 0
+    for e in range(epochs):
+        res = run_rl_epoch(EpochInputs(
+            checkpoint_dir=str(ckpt), output_dir=str(work / f"epoch_{e:03d}"), skill_store_root=str(work / "skills"),
+            library_version=version, problems=tuple(probe), profile=profile, epoch=e, device=profile.gym.device))  # fmt: skip
+        ckpt, steps = Path(res.checkpoint_dir), steps + res.timing.steps
+        log(out, f"{work.name} epoch {e}: correct {res.metrics['correct_rate']:.3f}, reward {res.metrics['reward_turn_mean']:.3f}, "
+                 f"kl {res.metrics.get('kl', 0):.4f}, {res.timing.steps} steps")  # fmt: skip
+    return ckpt, steps
+
+
+def heldout_correct(profile: Any, ckpt: Path, held: list[Any], work: Path) -> list[float]:
+    """1.0 / 0.0 per held-out problem: the best turn of a greedy episode is correct."""
+    from davinci.agents.evaluation import eval_profile, problem_record, run_eval
+    from davinci.kernelgym import evaluate_batch
+    from davinci.llm import Backbone, make_backend
+
+    prof = eval_profile(profile)
+    backbone = Backbone.load(ckpt, prof.model, prof.gym.device)
+    episodes = run_eval(prof, held, make_backend(backbone, prof.model), (), lambda items: evaluate_batch(items, prof.gym), work / "episodes.jsonl")
+    return [float(problem_record(p, episodes.get(p.id))["correct"]) for p in held]
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if device.startswith("cuda") and torch.cuda.is_available() else "cpu"
+
+
+def plot(path: Path, summary: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["SFT (before)", "RL", "continued SFT", "flipped RL"]
+    vals = [summary["before"], summary["after"], summary["control_sft_after"], summary["control_flipped_after"]]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(names, vals, color=["grey", "tab:green", "tab:blue", "tab:red"])
+    ax.errorbar([1], [summary["after"]], yerr=[[summary["after"] - (summary["before"] + summary["ci95_low"])],
+                                               [(summary["before"] + summary["ci95_high"]) - summary["after"]]], color="k", capsize=6)  # fmt: skip
+    ax.set(ylabel=f"held-out correct (n={summary['heldout_n']})", title="RL vs controls at equal optimizer steps")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from data_prep import builtin_problems
+    from data_prep.synthesis import synthesize_with_report
+    from davinci.agents.evaluation import paired_bootstrap_ci
+    from davinci.jsonl import write_jsonl
+
+    args = parse_args(argv)
+    out = Path(os.environ.get("OUT", "benchmarks/results/h100/learning"))
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    profile = build_profile(args)
+    register_flipped()
+    problems = list(synthesize_with_report(builtin_problems(), args.synthetic, args.seed, verify_solutions=False).problems)
+    train, held = split(problems, args.heldout_every, args.heldout_max)
+    probe = train[: args.probe]
+    log(out, f"{len(problems)} problems: {len(train)} train, {len(held)} held out (by signature family), probe {len(probe)}")
+    sft_ckpt = sft(profile, train, work / "sft", out, None, args.sft_steps)
+    before = heldout_correct(profile, sft_ckpt, held, work / "eval_before")
+    log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
+    rl_ckpt, steps = rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)
+    flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
+    flip_ckpt, _ = rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)
+    cont_ckpt = sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))
+    after = heldout_correct(profile, rl_ckpt, held, work / "eval_rl")
+    after_sft = heldout_correct(profile, cont_ckpt, held, work / "eval_sft")
+    after_flip = heldout_correct(profile, flip_ckpt, held, work / "eval_flipped")
+    diff, lo, hi = paired_bootstrap_ci(before, after, seed=args.seed)
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    summary = {
+        "heldout_n": len(held), "before": mean(before), "after": mean(after), "after_minus_before": diff,
+        "ci95_low": lo, "ci95_high": hi, "control_sft_after": mean(after_sft), "control_flipped_after": mean(after_flip),
+        "rl_optimizer_steps": steps, "train_n": len(train), "probe_n": len(probe), "epochs": args.epochs,
+        "device": device_name(args.device), "commit": git_commit(), "wall_s": time.perf_counter() - T0, "args": vars(args),
+    }  # fmt: skip
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    rows = [{"problem_id": p.id, "before": b, "rl": a, "sft": s, "flipped": f} for p, b, a, s, f in zip(held, before, after, after_sft, after_flip)]
+    write_jsonl(out / "per_problem.jsonl", rows)
+    plot(out / "learning.png", summary)
+    log(out, f"held-out correct: before {summary['before']:.3f}, RL {summary['after']:.3f} (after-before {diff:+.3f}, 95% CI "
+             f"[{lo:+.3f}, {hi:+.3f}]), continued SFT {summary['control_sft_after']:.3f}, flipped {summary['control_flipped_after']:.3f}")  # fmt: skip
+    return summary
+
+
+if __name__ == "__main__":
+    main()

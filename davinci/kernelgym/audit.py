@@ -1,0 +1,90 @@
+"""Audit rounds: timed requests that look like any other to the candidate, with the evidence switched on.
+
+A candidate can tell a correctness call from a timed one (the harness's frames, the call count, the inputs'
+buffers) and compute with PyTorch only when it is timed, or run its own kernels only when it is watched.
+So after the last scored round (`perf.timing`), the supervisor sends one or two more `time` requests over
+the same input sets, fresh inputs, the same harness path; their samples are never used:
+
+    audit A  every large PyTorch result of the fill and the calls poisoned (accounting.PoisonMode), and on the
+             CPU the kernels' stores recorded: a spot-checked output that no longer matches is `torch_compute`,
+             an output the kernels did not store is `host_compute`; a request that took far longer than the
+             scored rounds (3x their median wall + 1 ms) means the candidate behaves differently when it can
+             see it is watched (`watched_behaviour`);
+    audit B  (GPU) the calls under torch.profiler: every kernel and copy of timed calls, for the coverage and
+             decoy checks (CUPTI stays attached afterwards, so this is the last request timed at all).
+
+    audit_rounds(job, sets, rng, acc, canary_limit_ms)
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from typing import Any
+
+from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, ref
+
+AUDIT_SEED = 1 << 21
+# An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
+# behaves differently when watched: honest code pays only the dispatch mode's few microseconds per op.
+WATCHED_RATIO, WATCHED_SLACK_MS = 3.0, 1.0
+
+
+def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float | None,
+             **flags: Any) -> tuple[dict[str, Any], list, float, dict[str, Any]]:
+    """One audit request on fresh native inputs; (reply, blobs, wall ms, spot comparison or {})."""
+    r = len(sets)
+    order, spot = rng.sample(range(r), r), rng.randrange(r)
+    host = job.lane.transport == "host"
+    fresh, fill_blobs = ref(job, {"op": "refresh", "seed": job.timing_seed + AUDIT_SEED + n, "spot": spot,
+                                  "host": host, "dist": "native"})
+    w0 = time.monotonic()
+    reply, blobs = ask(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
+                             "fill": fresh.get("fill"), "canary_limit_ms": limit, **flags}, fill_blobs)
+    wall = (time.monotonic() - w0) * 1e3
+    comparison: dict[str, Any] = {}
+    outputs = reply.get("outputs") or []
+    if reply.get("ok") and len(outputs) == r:
+        check, _ = ref(job, {"op": "check_spot", "outputs": outputs[order.index(spot)],
+                             "seed": job.timing_seed + AUDIT_SEED + n}, blobs)
+        comparison = check["comparison"]
+    ask(job, {"op": "release", "tags": ["timed"]})
+    return reply, blobs, wall, comparison
+
+
+def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None) -> None:
+    ev = job.evidence
+    reply, _, wall, comparison = _request(job, sets, rng, 0, limit, audit=True)
+    if not reply.get("ok") or not comparison:
+        ev.torch_compute = ev.torch_compute or "a timed call failed once PyTorch's own results were poisoned"
+    elif not comparison["ok"]:
+        ev.torch_compute = ev.torch_compute or (
+            f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})")
+    share = reply.get("kernel_share")
+    if share is not None and share < KERNEL_SHARE_MIN:
+        ev.host_compute = ev.host_compute or (
+            f"in a timed call only {100 * share:.0f}% of the output's elements hold values the candidate's kernels "
+            "stored there; the rest was computed elsewhere (NumPy, Python)")
+    walls = acc["walls"].get("cand") or []
+    if walls and wall > WATCHED_RATIO * statistics.median(walls) + WATCHED_SLACK_MS:
+        ev.watched = (f"a timed request with the evaluator's accounting on took {wall:.1f} ms against a median of "
+                      f"{statistics.median(walls):.1f} ms for the scored ones: the candidate behaves differently "
+                      "when it can see it is watched")
+
+
+def _profiled(job: Job, sets: list[str], rng: random.Random, limit: float | None) -> None:
+    reply, _, _, comparison = _request(job, sets, rng, 1, limit, profile=True)
+    if reply.get("ok") and comparison and not comparison["ok"]:
+        job.evidence.timed_mismatch = job.evidence.timed_mismatch or comparison["reason"]
+    if reply.get("kernels") is not None:
+        job.evidence.profiler_kernels = [tuple(k) for k in reply["kernels"]]
+
+
+def audit_rounds(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None,
+                 profile: bool) -> None:
+    """Audit A, then (GPU, `profile`) audit B; see the module docstring."""
+    if "torch_compute" in job.checks or "host_compute" in job.checks:
+        _poisoned(job, sets, rng, acc, limit)
+    if profile and job.lane.cuda:
+        _profiled(job, sets, rng, limit)
