@@ -24,6 +24,7 @@ from davinci.kernelgym import GymConfig, evaluate, evaluate_batch
 from davinci.kernelgym import batch as batch_module
 from davinci.kernelgym import cluster
 from davinci.kernelgym.baselines import DiskCache, device_model
+from davinci.kernelgym.checks import PRESETS
 from davinci.kernelgym.config import parse_cluster
 from davinci.kernelgym.perf import baseline_key
 
@@ -35,6 +36,12 @@ PAIRS = [("honest_relu", "relu"), ("honest_row_sum", "row_sum"), ("honest_scale_
          ("cheat_input_mutation", "relu"), ("cheat_torch_fallback", "relu"), ("cheat_timer_patch", "relu"),
          ("cheat_wrong_dtype", "relu"), ("cheat_partial_sum", "row_sum"), ("fail_syntax", "relu"),
          ("fail_raise_forward", "relu")]
+
+
+# Every check but `watched_behaviour`: a wall-clock ratio (an audit request over 3x the scored rounds' median)
+# that honest kernels trip at random when two workers share this loaded 2-core box; timing noise on the CPU,
+# not a difference between the cluster and the local path.
+CHECKS = ",".join(name for name in PRESETS["strict"] if name != "watched_behaviour")
 
 
 def verdicts(results):
@@ -197,7 +204,7 @@ def items(problem, candidate):
 
 @pytest.fixture(scope="module")
 def configs(make_config, tmp_path_factory):
-    local = make_config(tmp_path_factory.mktemp("cluster-cache"))
+    local = make_config(tmp_path_factory.mktemp("cluster-cache"), checks=CHECKS)
     yield local, dataclasses.replace(local, cluster="local-dask:2")
     cluster.close_clients()
     batch_module.close_shared()
