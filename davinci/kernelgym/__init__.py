@@ -17,6 +17,7 @@ How it works (one module per concern):
 - checks/      named static (AST) and runtime hack checks and their presets
 - timing.py, stats.py, baselines.py, sol.py   timed-call loop, CIs, cached baselines, speed of light
 - metrics.py   fast_p exactly as KernelBench, tables, plots;  feedback.py  text for the next turn
+- cluster.py   `gym.cluster`: batches on Dask workers, one per GPU, on any number of nodes
 - cli.py       `davinci-kernel eval`
 Importing the package starts nothing; the first evaluation starts the worker processes.
 """

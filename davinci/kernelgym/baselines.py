@@ -3,7 +3,9 @@
 Live baselines are timed interleaved with the candidate inside an evaluation (job.py). The others are
 measured once by `measure_program` in the trusted reference worker (fresh inputs every round, generated
 on the device outside the timed region; same `DeviceTimer` loop as the candidate) and cached per
-(problem code hash + shape overrides, device name, torch version, baseline name) by `DiskCache`:
+(problem code hash + shape overrides, device model, torch version, baseline name) by `DiskCache`. The device
+model (`device_model`) is the GPU's name, e.g. "NVIDIA H100 80GB HBM3" vs "NVIDIA H100 PCIe", or the CPU's
+model name, so workers of a heterogeneous cluster sharing one cache folder never mix timings:
 
     cache = DiskCache(root); cache.get("baselines", key) / cache.put("baselines", key, value)
 
@@ -15,10 +17,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import functools
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from davinci.kernelgym.stats import defended, launch_allowance, should_stop
 
@@ -44,6 +47,26 @@ class DiskCache:
         with os.fdopen(fd, "w") as f:
             json.dump(value, f)
         os.replace(tmp, path)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The host CPU's model name from /proc/cpuinfo (or the platform's processor string)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def device_model(info: Mapping[str, Any]) -> str:
+    """The device part of every cache key, from a lane's `info`: the GPU's name, or "cpu:<CPU model name>"."""
+    device = str(info.get("device") or "cpu")
+    return f"cpu:{cpu_model()}" if device == "cpu" else device
 
 
 def cache_key(*parts: Any) -> str:

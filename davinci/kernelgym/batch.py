@@ -9,6 +9,9 @@ A batch runs one thread per lane; each takes the next item, so a slow candidate 
 (no synchronous waves). On the GPU, load_inline candidates are first built in parallel CPU processes
 (`compile_workers`, a zygote with no GPU) into their content-hashed build folders, ahead of the GPU
 lanes, which then only load the finished extension.
+
+With `config.cluster` other than "local" ("local-dask:N" or a scheduler address), both entry points hand
+the work to `kernelgym.cluster` (chunks on Dask workers, each hosting its own lanes); callers do not change.
 """
 
 from __future__ import annotations
@@ -55,12 +58,20 @@ def close_shared() -> None:
 def evaluate(problem: Problem, candidate: Candidate, config: GymConfig, *, seed: int | None = None,
              shape_overrides: Mapping[str, int] | None = None) -> EvalResult:
     """Evaluate one candidate (see `Evaluator.evaluate`); never raises for what the candidate does."""
+    if config.cluster != "local":
+        from davinci.kernelgym.cluster import evaluate_on_cluster
+
+        return evaluate_on_cluster([(problem, candidate)], config, seed=seed, shape_overrides=shape_overrides)[0]
     return shared_evaluator(config).evaluate(problem, candidate, seed=seed, shape_overrides=shape_overrides)
 
 
 def evaluate_batch(items: Sequence[tuple[Problem, Candidate]], config: GymConfig, *, progress: bool = False,
                    seed: int | None = None) -> list[EvalResult]:
-    """Evaluate many candidates over all lanes; results in the order of `items`."""
+    """Evaluate many candidates over all lanes (or `config.cluster`'s workers); results in the order of `items`."""
+    if config.cluster != "local":
+        from davinci.kernelgym.cluster import evaluate_on_cluster
+
+        return evaluate_on_cluster(items, config, progress=progress, seed=seed)
     return shared_evaluator(config).evaluate_batch(items, progress=progress, seed=seed)
 
 

@@ -7,8 +7,34 @@ they would end up in MLflow params. Set `DAVINCI_GYM_SECRET` in the environment 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+from davinci.errors import ConfigError
+
+CLUSTER_FORMS = ('"local"', '"local-dask:N" (N >= 1 worker processes on this machine)',
+                 '"tcp://HOST:PORT" (a running Dask scheduler, e.g. tcp://10.0.0.5:8786)')
+_LOCAL_DASK = re.compile(r"local-dask:(\d+)")
+_ADDRESS = re.compile(r"(tcp|tls|ucx|inproc)://[^\s/]+(:\d+)?")
+
+
+def parse_cluster(value: str) -> tuple[Literal["local", "local-dask", "address"], int | str]:
+    """`gym.cluster` -> ("local", 0) | ("local-dask", N) | ("address", "tcp://host:8786"); else ConfigError.
+
+    >>> parse_cluster("local-dask:2")
+    ('local-dask', 2)
+    """
+    text = str(value).strip()
+    if text == "local":
+        return "local", 0
+    m = _LOCAL_DASK.fullmatch(text)
+    if m and int(m.group(1)) >= 1:
+        return "local-dask", int(m.group(1))
+    if _ADDRESS.fullmatch(text):
+        return "address", text
+    raise ConfigError(f"gym.cluster = {value!r} is not a cluster setting",
+                      f"use one of: {'; '.join(CLUSTER_FORMS)}")
 
 
 @dataclass(frozen=True)
@@ -101,3 +127,17 @@ class GymConfig:
     # --- speed of light ---
     # Flag a candidate whose implied bandwidth or FLOP rate exceeds the measured ceiling by this factor.
     roofline_margin: float = 1.5
+
+    # --- cluster (kernelgym.cluster) ---
+    # Where evaluate / evaluate_batch run: "local" = lanes in this process; "local-dask:N" = a Dask cluster of
+    # N worker processes started on this machine (one GPU each when there are GPUs); "tcp://host:8786" = a
+    # running Dask scheduler (one worker per GPU: `python -m davinci.kernelgym.cluster worker ADDRESS`).
+    cluster: str = "local"
+    # Evaluations per Dask task (0 = about four tasks per worker, at most 16 evaluations each).
+    cluster_chunk: int = 0
+
+    def __post_init__(self) -> None:
+        parse_cluster(self.cluster)
+        if self.cluster_chunk < 0:
+            raise ConfigError(f"gym.cluster_chunk = {self.cluster_chunk} is negative",
+                              "set 0 (auto) or a positive chunk size")

@@ -30,7 +30,7 @@ import statistics
 import time
 from typing import Any
 
-from davinci.kernelgym.baselines import DiskCache, cache_key
+from davinci.kernelgym.baselines import DiskCache, cache_key, device_model
 from davinci.kernelgym.audit import audit_rounds
 from davinci.kernelgym.job import CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, ref, wants_profile
 from davinci.kernelgym.lane import wake
@@ -365,10 +365,15 @@ def _wall_estimate(job: Job) -> None:
     job.evidence.reported_ms = statistics.median(samples["cand"])
 
 
+def baseline_key(info: dict[str, Any], code: str, name: str, l2_flush_mb: int) -> str:
+    """Cache key of a baseline: problem code, device model (never just "cuda"), torch, baseline, timing rule."""
+    return cache_key("baseline", code, device_model(info), info.get("torch"), name, l2_flush_mb, TIMING_RULE)
+
+
 def cached_baseline(job: Job, cache: DiskCache, name: str) -> list[float] | None:
     """Samples of a baseline from the disk cache, measuring (and storing) them on a miss."""
     info = job.lane.info
-    key = cache_key("baseline", job.code, info.get("device"), info.get("torch"), name, job.cfg.l2_flush_mb, TIMING_RULE)
+    key = baseline_key(info, job.code, name, job.cfg.l2_flush_mb)
     hit = cache.get("baselines", key)
     if hit and hit.get("samples"):
         return [float(x) for x in hit["samples"]]
@@ -377,14 +382,14 @@ def cached_baseline(job: Job, cache: DiskCache, name: str) -> list[float] | None
         reply, _ = ref(job, {"op": "measure_baseline", "name": name, "rotation": rotation_count(job),
                              "seed": job.timing_seed, "warmup": job.cfg.warmup_reps, "rule": _rule(job)})
     cache.put("baselines", key, {"samples": reply["samples"], "problem": job.problem.id, "name": name,
-                                 "device": info.get("device"), "torch": info.get("torch"), "measured_at": time.time()})
+                                 "device": device_model(info), "torch": info.get("torch"), "measured_at": time.time()})
     return [float(x) for x in reply["samples"]]
 
 
 def ceilings(job: Job, cache: DiskCache) -> dict[str, float]:
     lane = job.lane
     if "ceilings" not in lane.info:
-        key = cache_key("ceilings", lane.info.get("device"), lane.info.get("torch"))
+        key = cache_key("ceilings", device_model(lane.info), lane.info.get("torch"))
         hit = cache.get("ceilings", key)
         if not hit:
             with gpu_phase(job, "exclusive"):
