@@ -76,8 +76,15 @@ def run_cached(env: StageEnv, task: Any, force: bool, run_id: str | None = None,
         state = task.with_options(refresh_cache=True)(return_state=True, **params, **extra)
         outputs, cached = StageOutputs.from_dict(state.result()), False
     if cached:
-        env.say(f"{task.name}: already done, reusing {outputs.dir}")
-        metrics = Path(outputs.dir) / "metrics.jsonl"
-        if run_id and metrics.exists():
-            replay_metrics(env.store, run_id, metrics)
+        env.say(f"{task.name}: same inputs and code as an earlier run; reusing its result in {outputs.dir}")
+        if run_id:
+            _mark_reused(env, run_id, task.name, outputs)
     return outputs, cached
+
+
+def _mark_reused(env: StageEnv, run_id: str, task_name: str, outputs: StageOutputs) -> None:
+    """Tag the stage run with the reused result's folder and replay the metrics it logged when it was made."""
+    env.store.set_tags(run_id, {"reused": task_name, "reused_outputs": outputs.dir})
+    metrics = Path(outputs.dir) / "metrics.jsonl"
+    if metrics.exists():
+        replay_metrics(env.store, run_id, metrics)

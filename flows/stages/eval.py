@@ -28,7 +28,7 @@ def eval_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_i
     folder = env.stage_dir({"checkpoint": str(checkpoint), "version": version, "profile": config_hash(eval_profile)}, fresh=force)
     with stage_run(env.store, parent_run_id, "eval", env.profile, {"library_version": str(version)}) as run_id:
         env.store.log_table(run_id, library_rows(env.skill_store, version), f"library/v{version}.json")
-        out, _ = run_cached(env, evaluate_policy, force, checkpoint_dir=str(checkpoint), store_root=env.skill_store,
+        out, _ = run_cached(env, evaluate_policy, force, run_id=run_id, checkpoint_dir=str(checkpoint), store_root=env.skill_store,
                             library_version=version, problems_path=str(data.path("eval")), profile=eval_profile,
                             out_dir=str(folder))
         tables = json.loads(out.path("fast_p").read_text())
