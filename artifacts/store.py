@@ -5,6 +5,7 @@ Choices:
   active-run stack, and under Prefect's thread pool it silently opens orphan runs.
 - Default store: SQLite + an artifact folder inside the project home; `$MLFLOW_TRACKING_URI` (or the
   profile's `tracking.tracking_uri`) overrides it.
+- The experiment is tagged `mlflow.experimentKind=custom_model_development`, so the UI opens on its runs.
 - Lookups that the user drives (a run id on the command line) raise `InputNotFound` with the fix.
 """
 
@@ -28,6 +29,9 @@ RunStatus = Literal["RUNNING", "FINISHED", "FAILED", "KILLED"]
 Stage = Literal["data", "sft", "rl", "skills", "eval"]
 STAGES: tuple[Stage, ...] = ("data", "sft", "rl", "skills", "eval")
 PARENT_STAGE = "pipeline"
+# MLflow 3's UI opens an experiment on its GenAI dashboard unless it is marked as model development
+# ("Machine learning" in the UI); the tag and value are the ones the UI itself writes (mlflow 3.x).
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,13 @@ class TrackingStore:
             exp = self.client.get_experiment_by_name(self.experiment_name)
             if exp is None:
                 self._experiment_id = self.client.create_experiment(
-                    self.experiment_name, artifact_location=self.location.artifact_root
+                    self.experiment_name, artifact_location=self.location.artifact_root, tags=EXPERIMENT_TAGS
                 )
             else:
                 self._experiment_id = exp.experiment_id
+                if any(exp.tags.get(k) != v for k, v in EXPERIMENT_TAGS.items()):
+                    for key, value in EXPERIMENT_TAGS.items():
+                        self.client.set_experiment_tag(self._experiment_id, key, value)
         return self._experiment_id
 
     # -- runs -------------------------------------------------------------------------------------------
@@ -181,7 +188,8 @@ class TrackingStore:
                 ) from None
             return json.loads(local.read_text())
 
-    def ui_url(self, run_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    def ui_url(self, run_id: str, base: str) -> str:
+        """Link to a run in the MLflow UI at `base` (the real port: `flows.context.ui_base`)."""
         return f"{base}/#/experiments/{self.experiment_id}/runs/{run_id}"
 
 

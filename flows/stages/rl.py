@@ -17,6 +17,7 @@ from prefect import flow
 
 from artifacts.mlflow_logger import replay_metrics
 from artifacts.refs import StageOutputs
+from artifacts.tables import error_line
 from davinci.config import config_hash, to_dict
 from flows.context import log_stage_outputs, stage_run
 from flows.stages.common import StageEnv
@@ -30,13 +31,14 @@ _RL_SECTIONS = ("seed", "model", "agents", "rl", "skills", "gym")
 
 @flow(name="stage-rl")
 def rl_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_id: str = "",
-            upstream: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+            upstream: dict[str, Any] | None = None, force: bool = False,
+            rerun: bool = False) -> dict[str, Any]:
     env = StageEnv.open("rl", profile, overrides, parent_run_id)
     inputs = env.inputs(upstream, ("data", "sft"))
     data, sft = inputs["data"], inputs["sft"]
     rl_profile = {k: v for k, v in to_dict(env.profile).items() if k in _RL_SECTIONS}
     folder = env.stage_dir({"data": data.dir, "sft": sft.dir, "profile": config_hash(rl_profile)}, fresh=force)
-    with stage_run(env.store, parent_run_id, "rl", env.profile) as run_id:
+    with stage_run(env.store, parent_run_id, "rl", env.profile, rerun=rerun) as run_id:
         version = init_library(env.skill_store, env.profile.skills.seed)
         epochs = _run_epochs(env, run_id, folder, data, str(sft.path("checkpoint")), version, rl_profile)
         outputs = _outputs(env, folder, epochs)
@@ -103,7 +105,7 @@ def _rollout_table(path: Path) -> list[dict[str, Any]]:
                 "speedup": res.get("speedup"), "flags": ",".join(res.get("flags", []) or []),
                 "score": (rewards.get("turn_scores") or [None] * 99)[turn["index"]],
                 "advantage": rec.get("advantages", {}).get(f"policy/{turn['index']}"),
-                "error": (res.get("error") or "")[:200],
+                "error": error_line(res) if res else "",
             })
     return rows
 
@@ -126,7 +128,7 @@ def _log_curves(env: StageEnv, run_id: str, folder: Path, epochs: list[dict[str,
     """Reward and loss curves as PNGs (per epoch and per optimizer step)."""
     per_epoch = {k: [(i, e["metrics"].get(k, 0.0)) for i, e in enumerate(epochs) if e.get("metrics")]
                  for k in ("reward_turn_mean", "reward_best_turn_mean", "correct_rate")}
-    line_plot(folder / "reward_curve.png", per_epoch, "RL rollouts per epoch", "epoch", "value")
+    line_plot(folder / "reward_curve.png", per_epoch, "RL rollouts per epoch", "epoch", "value", integer_x=True)
     steps = []
     for e in epochs:
         path = Path(e.get("steps_path", ""))
