@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -49,3 +50,9 @@ def task_logger(run_ref: Mapping[str, str] | None, mirror: Path, prefix: str = "
     store = TrackingStore(StoreLocation(run_ref["tracking_uri"], None), run_ref["experiment"])
     mirror.parent.mkdir(parents=True, exist_ok=True)
     return MlflowLogger(store, run_ref["run_id"], mirror=mirror, prefix=prefix)
+
+
+def thread_budget(busy_workers: int = 0, cores: int | None = None) -> int:
+    """Torch intra-op threads for the trainer: the cores not held by `busy_workers` busy processes, at least 1."""
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(1, cores - busy_workers)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from artifacts.home import Home
 from artifacts.mlflow_logger import replay_metrics
 from artifacts.refs import StageOutputs
 from artifacts.store import TrackingStore
+from artifacts.traces import TraceStats, log_episode_traces
 from davinci.config import Profile
 from flows.console import say
 from flows.context import ProfileRef, open_store, upstream_outputs
@@ -88,3 +90,17 @@ def _mark_reused(env: StageEnv, run_id: str, task_name: str, outputs: StageOutpu
     metrics = Path(outputs.dir) / "metrics.jsonl"
     if metrics.exists():
         replay_metrics(env.store, run_id, metrics)
+
+
+def trace_episodes(env: StageEnv, run_id: str, path: Path) -> TraceStats:
+    """The episodes of a JSONL file (RL rollout records `{episode, rewards}` or bare episodes) as MLflow traces
+    on `run_id`, sampled per `tracking.trace_sample`; once per run (a marker next to the file)."""
+    from davinci.agents.episode import Episode
+
+    if not path.is_file() or env.profile.tracking.trace_sample <= 0:
+        return TraceStats(0, 0, 0.0)
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    episodes = [Episode.from_dict(r.get("episode", r)) for r in records]
+    rewards = [r.get("rewards") for r in records]
+    return log_episode_traces(env.store, run_id, episodes, env.profile.tracking.trace_sample, env.stage, rewards,
+                              marker_dir=path.parent)

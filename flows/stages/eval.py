@@ -10,7 +10,7 @@ from prefect import flow
 from artifacts.tables import eval_rows
 from davinci.config import config_hash, to_dict
 from flows.context import log_stage_outputs, stage_run
-from flows.stages.common import StageEnv, run_cached
+from flows.stages.common import StageEnv, run_cached, trace_episodes
 from tasks.common import read_jsonl
 from tasks.eval import evaluate_policy
 from tasks.skills import library_rows
@@ -40,6 +40,7 @@ def eval_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_i
         results = list(read_jsonl(out.path("results")))
         episodes = {e["problem_id"]: e for e in read_jsonl(out.path("episodes"))}
         env.store.log_table(run_id, eval_rows(results, episodes), "results/per_problem.json")
+        trace_episodes(env, run_id, out.path("episodes"))
         env.store.log_metrics(run_id, {k: float(v) for k, v in out.summary.items() if isinstance(v, (int, float))}, step=0)
         env.store.log_artifact(run_id, out.path("fast_p_plot"), "plots")
         env.store.log_artifact(run_id, out.path("speedup_plot"), "plots")

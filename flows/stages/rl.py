@@ -20,7 +20,7 @@ from artifacts.refs import StageOutputs
 from artifacts.tables import error_line
 from davinci.config import config_hash, to_dict
 from flows.context import log_stage_outputs, stage_run
-from flows.stages.common import StageEnv
+from flows.stages.common import StageEnv, trace_episodes
 from tasks.plots import line_plot
 from tasks.rl import rl_epoch
 from tasks.skills import init_library, library_rows, update_library_task
@@ -63,11 +63,7 @@ def _run_epochs(env: StageEnv, run_id: str, folder: Path, data: StageOutputs, ch
         if state.name == "Cached":
             env.say(f"epoch {epoch}: already done, reusing {out['output_dir']}")
             replay_metrics(env.store, run_id, Path(out["output_dir"]) / "metrics.jsonl")
-        m = out["metrics"]
-        env.say(f"epoch {epoch}: reward {m.get('reward_turn_mean', 0):.3f}, correct {m.get('correct_rate', 0):.2f}, "
-                f"solved {m.get('episode_solved_rate', 0):.2f}, {out['timing']['steps']} steps, "
-                f"gen {out['timing']['generation_s']:.0f}s eval {out['timing']['evaluation_s']:.0f}s update {out['timing']['update_s']:.0f}s")
-        env.store.log_table(run_id, _rollout_table(Path(out["rollouts_path"])), f"rollouts/epoch_{epoch:03d}.json")
+        _report_epoch(env, run_id, epoch, out)
         epochs.append(out)
         checkpoint, previous = out["checkpoint_dir"], out["output_dir"]
         if epoch + 1 < env.profile.rl.epochs:
@@ -84,6 +80,21 @@ def _run_epochs(env: StageEnv, run_id: str, folder: Path, data: StageOutputs, ch
         epochs.append({"checkpoint_dir": checkpoint, "library_version": version, "output_dir": str(folder), "metrics": {}})
     epochs[-1] = {**epochs[-1], "library_version": version}
     return epochs
+
+
+def _report_epoch(env: StageEnv, run_id: str, epoch: int, out: dict[str, Any]) -> None:
+    """The epoch's console line, its rollouts table and its episodes as traces (with their share of the epoch)."""
+    m, timing = out["metrics"], out["timing"]
+    env.say(f"epoch {epoch}: reward {m.get('reward_turn_mean', 0):.3f}, correct {m.get('correct_rate', 0):.2f}, "
+            f"solved {m.get('episode_solved_rate', 0):.2f}, {timing['steps']} steps, "
+            f"gen {timing['generation_s']:.0f}s eval {timing['evaluation_s']:.0f}s update {timing['update_s']:.0f}s")
+    rollouts = Path(out["rollouts_path"])
+    env.store.log_table(run_id, _rollout_table(rollouts), f"rollouts/epoch_{epoch:03d}.json")
+    stats = trace_episodes(env, run_id, rollouts)
+    epoch_s = sum(float(timing.get(k, 0.0)) for k in ("generation_s", "evaluation_s", "update_s"))
+    if stats.logged:
+        env.store.log_metrics(run_id, {"timing/trace_s": stats.seconds,
+                                       "timing/trace_share": stats.seconds / epoch_s if epoch_s else 0.0}, step=epoch)
 
 
 def _log_library(env: StageEnv, run_id: str, epoch: int, version: int) -> None:
