@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping
 
 from artifacts.home import Home
 from davinci.errors import InputNotFound
@@ -187,6 +188,23 @@ class TrackingStore:
                     "rerun the stage that produces it, or pass the id of a pipeline run whose stages finished",
                 ) from None
             return json.loads(local.read_text())
+
+    @contextmanager
+    def system_metrics(self, run_id: str, enabled: bool, interval_s: float = 10.0) -> Iterator[None]:
+        """MLflow's system metrics (CPU, memory, disk, network; GPU utilisation and memory where `pynvml` finds
+        a GPU, `pip install -e .[gpu]`) sampled onto `run_id` while the block runs."""
+        if not enabled:
+            yield
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, resume_logging=True,
+                                       tracking_uri=self.location.tracking_uri)
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.finish()
 
     def ui_url(self, run_id: str, base: str) -> str:
         """Link to a run in the MLflow UI at `base` (the real port: `flows.context.ui_base`)."""

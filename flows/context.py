@@ -177,7 +177,8 @@ def stage_run(store: TrackingStore, parent_run_id: str, stage: str, profile: Pro
     link_prefect_to_mlflow(store, run_id, stage, ui_base(profile))
     track_run(store, run_id, stage, prefect_ids().get("prefect.flow_run_id", ""))
     try:
-        yield run_id
+        with store.system_metrics(run_id, profile.tracking.system_metrics):
+            yield run_id
     except KeyboardInterrupt:
         untrack_run(run_id)
         store.set_status(run_id, "KILLED")

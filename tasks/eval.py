@@ -54,12 +54,17 @@ def _run_chunks(profile: Any, problems: Sequence[Any], checkpoint_dir: str, stor
     def evaluate_fn(items):  # noqa: ANN001, ANN202 - the agents' EvaluateFn
         return evaluate_batch(items, profile.gym, progress=False)
 
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc="eval", unit="problem")
     for start in range(0, len(todo), CHUNK):
         episodes = run_episodes(todo[start : start + CHUNK], library, backend, profile, epoch=-1, group_size=1,
                                 greedy=profile.eval.greedy, evaluate_fn=evaluate_fn)
         with episodes_path.open("a") as fh:
             for ep in episodes:
                 fh.write(json.dumps(ep.to_dict()) + "\n")
+        bar.update(len(episodes))
+    bar.close()
 
 
 def problem_record(problem: Any, episode: dict[str, Any] | None, max_turn: int | None = None) -> dict[str, Any]:

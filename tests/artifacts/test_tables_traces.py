@@ -85,3 +85,18 @@ def test_sampling_is_deterministic_and_proportional() -> None:
 def test_experiment_is_tagged_as_model_development(store: TrackingStore) -> None:
     exp = store.client.get_experiment(store.experiment_id)
     assert {k: exp.tags.get(k) for k in EXPERIMENT_TAGS} == EXPERIMENT_TAGS
+
+
+def test_system_metrics_land_on_the_run_when_enabled(store: TrackingStore) -> None:
+    import time
+
+    run_id = store.create_run("rl", {"stage": "rl"})
+    with store.system_metrics(run_id, enabled=True, interval_s=0.2):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not store.get_run(run_id).data.metrics:
+            time.sleep(0.5)
+    assert any(k.startswith("system/cpu") for k in store.get_run(run_id).data.metrics)
+    quiet = store.create_run("sft", {"stage": "sft"})
+    with store.system_metrics(quiet, enabled=False):
+        pass
+    assert not store.get_run(quiet).data.metrics
