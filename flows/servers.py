@@ -60,9 +60,17 @@ def run_mlflow_ui(profile: str, host: str, port: int | None) -> int:
     newest = newest_run_url(open_store(loaded), base)
     if newest:
         print(f"  newest pipeline run: {newest}", flush=True)
+    # Its own session: a terminal's Ctrl-C reaches only this process, which stops the server with SIGTERM
+    # (a SIGINT makes uvicorn print a CancelledError traceback).
+    server = subprocess.Popen(cmd, start_new_session=True)
     try:
-        return subprocess.call(cmd)
+        return server.wait()
     except KeyboardInterrupt:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
         print("\nMLflow UI stopped", flush=True)
         return 0
 

@@ -94,6 +94,16 @@ def test_ui_on_a_busy_port_fails_clearly(tmp_path: Path) -> None:
     assert "MLflow UI on" not in proc.stdout
 
 
+def _healthy(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -109,7 +119,9 @@ def test_ctrl_c_on_ui_stops_without_resume_advice(tmp_path: Path) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     first = proc.stdout.readline()
     assert f"http://127.0.0.1:{port}" in first, first
-    time.sleep(2)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _healthy(port):
+        time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert "resume" not in out + err and "Traceback" not in err, out + err

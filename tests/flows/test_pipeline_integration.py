@@ -212,3 +212,24 @@ def test_rl_only_change_reuses_data_and_sft(pipeline: dict) -> None:
     first_sft = next(r for r in _stage_runs(home, first_parent) if r.data.tags["stage"] == "sft")
     assert sft.data.tags["reused_outputs"] == first_sft.data.tags["outputs_dir"]
     assert "rl.epochs=3" in _client(home).get_run(parent).info.run_name
+
+
+def _ui_check_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ui_check", ROOT / "benchmarks" / "ui_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_browser_shows_run_tree_fast_p_trace_and_skills(pipeline: dict) -> None:
+    ui_check = _ui_check_module()
+    if ui_check.browser() is None:
+        pytest.skip("no Chromium on PATH (apt-get install -y chromium): the MLflow UI browser check needs it")
+    proc, base = ui_check.start_ui(pipeline["home"])
+    try:
+        checks = ui_check.check_pages(pipeline["home"], base)
+    finally:
+        ui_check.stop_ui(proc)
+    assert [c.page.name for c in checks if c.missing] == [], [(c.page.name, c.missing) for c in checks]
