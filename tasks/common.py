@@ -52,7 +52,25 @@ def task_logger(run_ref: Mapping[str, str] | None, mirror: Path, prefix: str = "
     return MlflowLogger(store, run_ref["run_id"], mirror=mirror, prefix=prefix)
 
 
-def thread_budget(busy_workers: int = 0, cores: int | None = None) -> int:
-    """Torch intra-op threads for the trainer: the cores not held by `busy_workers` busy processes, at least 1."""
+def busy_elsewhere() -> int:
+    """Cores other processes keep busy now: the 1-minute load average minus this process's own share (1)."""
+    return max(0, round(os.getloadavg()[0]) - 1)
+
+
+def thread_budget(busy_workers: int | None = None, cores: int | None = None) -> int:
+    """Torch intra-op threads for the trainer: the cores not held by other busy processes (the evaluator's
+    workers, other jobs), at least 1. Torch's OpenMP threads wait for each other at every op, so one thread
+    more than there are free cores makes every op wait for a descheduled thread (benchmarks/sft_threads.py)."""
     cores = cores or len(os.sched_getaffinity(0))
-    return max(1, cores - busy_workers)
+    busy = busy_elsewhere() if busy_workers is None else busy_workers
+    return max(1, cores - busy)
+
+
+def configure_threads() -> int:
+    """Set torch's intra-op threads to `thread_budget()` (or `$DAVINCI_TORCH_THREADS`); returns the count."""
+    import torch
+
+    wanted = os.environ.get("DAVINCI_TORCH_THREADS", "")
+    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else thread_budget()
+    torch.set_num_threads(threads)
+    return threads

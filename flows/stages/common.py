@@ -17,6 +17,10 @@ from davinci.config import Profile
 from flows.console import say
 from flows.context import ProfileRef, open_store, upstream_outputs
 from tasks.caching import params_hash
+from tasks.common import configure_threads
+
+# Stages that run torch in this process (the trainer, generation): their thread count is set at open.
+TRAINING_STAGES = ("sft", "rl", "eval")
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,10 @@ class StageEnv:
     @classmethod
     def open(cls, stage: str, profile: str, overrides: Sequence[str], parent_run_id: str) -> "StageEnv":
         loaded = ProfileRef(profile, tuple(overrides)).load()
-        return cls(stage, loaded, open_store(loaded), parent_run_id, Home.current())
+        env = cls(stage, loaded, open_store(loaded), parent_run_id, Home.current())
+        if stage in TRAINING_STAGES:
+            env.say(f"torch intra-op threads: {configure_threads()} (cores not busy elsewhere; $DAVINCI_TORCH_THREADS sets it)")
+        return env
 
     def inputs(self, given: Mapping[str, Any] | None, needed: Sequence[str]) -> dict[str, StageOutputs]:
         """Upstream outputs: those handed in by the pipeline, else the parent run's finished stages."""
