@@ -83,7 +83,7 @@ def measure(steps: int, spinners: int) -> list[dict]:
         for p in procs:
             p.start()
         time.sleep(1.0)
-        budget = thread_budget(busy_workers=len(procs))
+        budget = thread_budget()  # what a stage flow would pick now (load average, one core kept free)
         for threads in counts:
             rate = steps_per_s(profile, examples, corpus, threads, steps)
             rows.append({"load": load, "spinners": len(procs), "threads": threads, "budget": threads == budget,

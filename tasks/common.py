@@ -58,12 +58,14 @@ def busy_elsewhere() -> int:
 
 
 def thread_budget(busy_workers: int | None = None, cores: int | None = None) -> int:
-    """Torch intra-op threads for the trainer: the cores not held by other busy processes (the evaluator's
-    workers, other jobs), at least 1. Torch's OpenMP threads wait for each other at every op, so one thread
-    more than there are free cores makes every op wait for a descheduled thread (benchmarks/sft_threads.py)."""
+    """Torch intra-op threads for the trainer: the cores not held by other busy processes (other jobs, by the
+    load average), always leaving one core to the evaluator's workers and the rest of the box; at least 1.
+    Torch's OpenMP threads wait for each other at every op, so one thread more than there are free cores
+    makes every op wait for a descheduled thread: 0.40 vs 3.0 steps/s on a busy 2-core box
+    (benchmarks/sft_threads.py, results/cpu/README.md)."""
     cores = cores or len(os.sched_getaffinity(0))
     busy = busy_elsewhere() if busy_workers is None else busy_workers
-    return max(1, cores - busy)
+    return max(1, min(cores - 1, cores - busy))
 
 
 def configure_threads() -> int:
