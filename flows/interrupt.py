@@ -5,9 +5,10 @@ Choices:
   signal a helper thread marks every open MLflow run KILLED at once (before Prefect has even unwound), and
   prints one line: what is saved and the exact command that resumes. The main thread gets KeyboardInterrupt
   as usual, so Prefect's engine reports its flow runs Crashed and `stage_run` / the pipeline mark theirs.
-- A watchdog makes the process exit within `INTERRUPT_GRACE_S` whatever happens below (a child process that
-  ignores the signal, a retrying HTTP client): just before it exits it marks still-running Prefect flow runs
-  Crashed itself. A second signal exits at once, after the same bookkeeping.
+- The same helper thread then sets the Prefect flow runs of those MLflow runs Crashed where Prefect's engine
+  has not (yet). A watchdog makes the process exit within `INTERRUPT_GRACE_S` whatever happens below (a
+  child process that ignores the signal, a retrying HTTP client, slow exit handlers). A second signal exits
+  at once, after the same bookkeeping.
 - The local Prefect API server runs in its own session (`detached_prefect_api`), so a terminal's Ctrl-C,
   which reaches the whole process group, does not kill the server Prefect must report the crash to.
 - Commands that cannot resume (`ui`, `runs`, ...) say that they stopped, never "rerun to resume".
@@ -97,9 +98,15 @@ def say_interrupted(killed: list[str]) -> None:
         print(interrupted_line(killed), file=sys.stderr, flush=True)
 
 
-def _exit_now() -> None:
+def _record_interrupt() -> None:
+    """At once, beside the unwinding main thread: MLflow runs KILLED, the line, Prefect flow runs Crashed."""
     say_interrupted(kill_open_runs())
     crash_flow_runs(list(_STATE["killed"]))
+
+
+def _exit_now() -> None:
+    """The watchdog: no more waiting on anything (a server may be gone by now); the line is said if not yet."""
+    say_interrupted(kill_open_runs())
     os._exit(130)
 
 
@@ -118,14 +125,15 @@ def install_interrupt_handler(resume_hint: str = "", grace_s: float = INTERRUPT_
     _STATE["hint"] = resume_hint
 
     def second(signum: int, frame: Any) -> None:
-        _exit_now()
+        _record_interrupt()
+        os._exit(130)
 
     def again(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, second)
         raise KeyboardInterrupt
 
     def first(signum: int, frame: Any) -> None:
-        _start(lambda: say_interrupted(kill_open_runs()))
+        _start(_record_interrupt)
         _start(_exit_now, grace_s)
         signal.signal(signal.SIGINT, second)
         signal.signal(signal.SIGTERM, second)
