@@ -219,6 +219,7 @@ def _ui_check_module():
 
     spec = importlib.util.spec_from_file_location("ui_check", ROOT / "benchmarks" / "ui_check.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
