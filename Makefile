@@ -13,13 +13,19 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
+# Each install step says what it does and roughly how long it takes (about 5 min in all on a fresh box).
 $(STAMP): pyproject.toml
+	@echo "[install 1/4] virtual environment in $(VENV)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade --quiet pip
-	# torch first and pinned, so no resolver ever pulls the multi-GB CUDA build on a CPU box.
-	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[dev]" --config-settings editable_mode=compat
+	@echo "[install 2/4] upgrading pip (seconds)"
+	@$(BIN)/python -m pip install --upgrade --quiet pip
+	@# torch first and pinned, so no resolver ever pulls the multi-GB CUDA build on a CPU box.
+	@echo "[install 3/4] PyTorch 2.13 (the largest download: 1-3 min)"
+	@$(BIN)/python -m pip install --quiet --progress-bar on "torch==2.13.0"
+	@echo "[install 4/4] daVinci-kernel and its pinned dependencies: Triton, Prefect, MLflow, transformers (2-3 min)"
+	@$(BIN)/python -m pip install --quiet -e ".[dev]" --config-settings editable_mode=compat
 	@touch $(STAMP)
+	@echo "[install] done: $(BIN)/davinci-kernel"
 
 run: venv
 	$(BIN)/davinci-kernel run --profile $(PROFILE)

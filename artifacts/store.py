@@ -5,6 +5,7 @@ Choices:
   active-run stack, and under Prefect's thread pool it silently opens orphan runs.
 - Default store: SQLite + an artifact folder inside the project home; `$MLFLOW_TRACKING_URI` (or the
   profile's `tracking.tracking_uri`) overrides it.
+- The experiment is tagged `mlflow.experimentKind=custom_model_development`, so the UI opens on its runs.
 - Lookups that the user drives (a run id on the command line) raise `InputNotFound` with the fix.
 """
 
@@ -13,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping
 
 from artifacts.home import Home
 from davinci.errors import InputNotFound
@@ -28,6 +30,9 @@ RunStatus = Literal["RUNNING", "FINISHED", "FAILED", "KILLED"]
 Stage = Literal["data", "sft", "rl", "skills", "eval"]
 STAGES: tuple[Stage, ...] = ("data", "sft", "rl", "skills", "eval")
 PARENT_STAGE = "pipeline"
+# MLflow 3's UI opens an experiment on its GenAI dashboard unless it is marked as model development
+# ("Machine learning" in the UI); the tag and value are the ones the UI itself writes (mlflow 3.x).
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 @dataclass(frozen=True)
@@ -68,10 +73,13 @@ class TrackingStore:
             exp = self.client.get_experiment_by_name(self.experiment_name)
             if exp is None:
                 self._experiment_id = self.client.create_experiment(
-                    self.experiment_name, artifact_location=self.location.artifact_root
+                    self.experiment_name, artifact_location=self.location.artifact_root, tags=EXPERIMENT_TAGS
                 )
             else:
                 self._experiment_id = exp.experiment_id
+                if any(exp.tags.get(k) != v for k, v in EXPERIMENT_TAGS.items()):
+                    for key, value in EXPERIMENT_TAGS.items():
+                        self.client.set_experiment_tag(self._experiment_id, key, value)
         return self._experiment_id
 
     # -- runs -------------------------------------------------------------------------------------------
@@ -181,7 +189,25 @@ class TrackingStore:
                 ) from None
             return json.loads(local.read_text())
 
-    def ui_url(self, run_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    @contextmanager
+    def system_metrics(self, run_id: str, enabled: bool, interval_s: float = 10.0) -> Iterator[None]:
+        """MLflow's system metrics (CPU, memory, disk, network; GPU utilisation and memory where `pynvml` finds
+        a GPU, `pip install -e .[gpu]`) sampled onto `run_id` while the block runs."""
+        if not enabled:
+            yield
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, resume_logging=True,
+                                       tracking_uri=self.location.tracking_uri)
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.finish()
+
+    def ui_url(self, run_id: str, base: str) -> str:
+        """Link to a run in the MLflow UI at `base` (the real port: `flows.context.ui_base`)."""
         return f"{base}/#/experiments/{self.experiment_id}/runs/{run_id}"
 
 

@@ -4,34 +4,64 @@
     davinci-kernel stage NAME --from RUN_ID [--set ...] [--use-cache] rerun one stage of a pipeline run
     davinci-kernel eval --problem FILE --candidate FILE [--device cpu|cuda] [--timeout S] [--json]
     davinci-kernel skills list [--version V] [--json] | skills show ID [--version V]
-    davinci-kernel runs [--limit N]                                   list pipeline runs
+    davinci-kernel runs [--limit N]                                   pipeline runs: time, status, overrides, fast_1
     davinci-kernel config [--profile NAME] [--set ...]                print the resolved profile
-    davinci-kernel ui [--port 5000]                                   MLflow UI on the project's store
-    davinci-kernel serve                                              Prefect deployments with schedules
+    davinci-kernel ui [--port N]                                      MLflow UI on the project's store
+    davinci-kernel serve [--cron "0 3 * * *"]                        Prefect deployments with schedules
 
-Bad input ends with one `error:` line plus the fix and exit code 2, never a traceback. Heavy imports
-(Prefect, MLflow, torch) happen only inside the command that needs them, after the arguments are checked.
+Bad input ends with one `error:` line plus the fix and exit code 2, never a traceback: argparse's own errors
+too (`_Parser.error`), numbers are range-checked as they are parsed, a closed pipe (`| head`) ends quietly.
+Heavy imports (Prefect, MLflow, torch) happen only inside the command that needs them, after the arguments
+are checked. Ctrl-C / SIGTERM: see `flows/interrupt.py`.
 """
 
 from __future__ import annotations
 
-import _thread
 import argparse
 import os
-import signal
+import shlex
 import sys
-import threading
 import traceback
-from typing import Any, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from artifacts.home import Home, prepare_environment
 from davinci.errors import DavinciError
+from flows.interrupt import install_interrupt_handler
 
 STAGE_NAMES = ("data", "sft", "rl", "skills", "eval")
+RESUMABLE = ("run", "stage", "serve")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error format: one `error:` line, one `fix:` line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message}", file=sys.stderr)
+        print(f"  fix: see `{self.prog} --help`", file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(kind: Callable[[str], float], low: float, strict: bool, what: str,
+            high: float = float("inf")) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if value != value or value < low or value > high or (strict and value == low):
+            raise argparse.ArgumentTypeError(f"{text} is out of range: give {what}")
+        return value
+
+    return parse
+
+
+POSITIVE_INT = _number(int, 1, False, "an integer >= 1")
+POSITIVE_SECONDS = _number(float, 0, True, "a number of seconds > 0")
+PORT = _number(int, 1, False, "a port number in 1-65535", high=65535)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="davinci-kernel", description="Train an LLM to write fast, correct GPU kernels.")
+    parser = _Parser(prog="davinci-kernel", description="Train an LLM to write fast, correct GPU kernels.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show Prefect's own logs")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -49,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--problem", required=True, metavar="FILE")
     ev.add_argument("--candidate", required=True, metavar="FILE")
     ev.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
-    ev.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
+    ev.add_argument("--timeout", type=POSITIVE_SECONDS, default=None, metavar="SECONDS")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
 
     skills = sub.add_parser("skills", help="inspect the skill library")
@@ -62,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--version", default="latest")
 
     runs = sub.add_parser("runs", help="list pipeline runs in the MLflow store")
-    runs.add_argument("--limit", type=int, default=20)
+    runs.add_argument("--limit", type=POSITIVE_INT, default=20, help="show at most N runs (default 20)")
     runs.add_argument("--profile", default="tiny", help="profile whose tracking settings to use")
 
     cfg = sub.add_parser("config", help="print the resolved profile")
@@ -71,46 +101,53 @@ def build_parser() -> argparse.ArgumentParser:
 
     ui = sub.add_parser("ui", help="start the MLflow UI on the project's store")
     ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--port", type=PORT, default=None, help="default: the profile's tracking.ui_port (5000)")
     ui.add_argument("--profile", default="tiny", help="profile whose tracking settings to use")
 
     serve = sub.add_parser("serve", help="serve Prefect deployments: nightly pipeline + on-demand stage reruns")
     serve.add_argument("--profile", default="tiny")
     serve.add_argument("--cron", default="0 3 * * *", help="schedule of the pipeline deployment (default: 03:00 daily)")
-    serve.add_argument("--port", type=int, default=4200, help="port of the Prefect server started when PREFECT_API_URL is unset")
+    serve.add_argument("--port", type=PORT, default=4200, help="port of the Prefect server started when PREFECT_API_URL is unset")
     return parser
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from davinci.config import load_profile
 
-    profile = load_profile(args.profile, args.overrides)  # bad profile / key fails here, before Prefect starts
+    profile = load_profile(args.profile, args.overrides)  # bad profile / key / range fails here, before Prefect
     from flows.pipeline import pipeline_flow
+    from flows.servers import detached_prefect_api
 
+    detached_prefect_api()
     result = pipeline_flow(profile=args.profile, overrides=list(args.overrides))
     _print_run_footer(profile, result["parent_run_id"])
     return 0
 
 
 def _print_run_footer(profile, parent_run_id: str) -> None:
-    from flows.context import open_store
+    from flows.context import open_store, ui_base
 
     store = open_store(profile)
+    port = profile.tracking.ui_port
     print(f"\nMLflow parent run: {parent_run_id}")
-    print(f"  open it: davinci-kernel ui   then   {store.ui_url(parent_run_id)}")
+    print(f"  open it: davinci-kernel ui{'' if port == 5000 else f' --port {port}'}   then   "
+          f"{store.ui_url(parent_run_id, ui_base(profile))}")
     print(f"  rerun one stage: davinci-kernel stage eval --from {parent_run_id}")
 
 
 def cmd_stage(args: argparse.Namespace) -> int:
     from flows.context import resolve_rerun
 
-    parent, _ = resolve_rerun(args.from_run, args.overrides)  # bad run id / key fails before Prefect
-    from flows.context import open_store
+    parent, ref = resolve_rerun(args.from_run, args.overrides)  # bad run id / key fails before Prefect
+    from flows.context import open_store, ui_base
     from flows.rerun import rerun_stage_flow
-    from davinci.config import load_profile
+    from flows.servers import detached_prefect_api
 
+    detached_prefect_api()
     rerun_stage_flow(stage=args.name, from_run_id=parent, overrides=list(args.overrides), use_cache=args.use_cache)
-    print(f"\nlogged a new {args.name} run under pipeline run {parent}: {open_store(load_profile('tiny')).ui_url(parent)}")
+    profile = ref.load()
+    print(f"\nlogged a new {args.name} run under pipeline run {parent}: "
+          f"{open_store(profile).ui_url(parent, ui_base(profile))}")
     return 0
 
 
@@ -132,15 +169,14 @@ def cmd_skills(args: argparse.Namespace) -> int:
 def cmd_runs(args: argparse.Namespace) -> int:
     from davinci.config import load_profile
     from flows.context import open_store
+    from flows.runs_table import format_runs
 
     store = open_store(load_profile(args.profile))
     runs = store.pipeline_runs()[: args.limit]
     if not runs:
         print("no pipeline runs yet: start one with `davinci-kernel run`")
         return 0
-    for run in runs:
-        tags = run.data.tags
-        print(f"{run.info.run_id}  {run.info.status:9s}  profile={tags.get('profile', '?'):10s} {run.info.run_name}")
+    print(format_runs(runs))
     return 0
 
 
@@ -173,62 +209,12 @@ COMMANDS = {
 }
 
 
-INTERRUPT_GRACE_S = 20.0
-
-
-def _exit_interrupted() -> None:
-    print("\ninterrupted: rerun the same command to resume where it stopped", file=sys.stderr, flush=True)
-    os._exit(130)
-
-
-def install_interrupt_handler(grace_s: float = INTERRUPT_GRACE_S) -> None:
-    """Ctrl-C / SIGTERM raise KeyboardInterrupt as usual (runs are marked KILLED on the way out), and arm a
-    watchdog: Ctrl-C reaches the whole process group, Prefect's ephemeral API server included, and Prefect
-    then retries reporting the crash to a server that is gone. After `grace_s`, or at a second signal, the
-    process exits at once; an interrupted run is resumable either way.
-
-    A signal that lands while the interpreter runs a finalizer or weakref callback raises KeyboardInterrupt
-    where Python can only print it ("Exception ignored in ...", with a traceback) and drop it; the
-    unraisable hook hides that one and delivers the interrupt again in ordinary code."""
-
-    def second(signum: int, frame: Any) -> None:
-        _exit_interrupted()
-
-    def again(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, second)
-        raise KeyboardInterrupt
-
-    def first(signum: int, frame: Any) -> None:
-        timer = threading.Timer(grace_s, _exit_interrupted)
-        timer.daemon = True
-        timer.start()
-        signal.signal(signal.SIGINT, second)
-        signal.signal(signal.SIGTERM, second)
-        raise KeyboardInterrupt
-
-    default_hook = sys.unraisablehook
-
-    def unraisable(info: Any) -> None:
-        if info.exc_type is not KeyboardInterrupt:
-            default_hook(info)
-            return
-        signal.signal(signal.SIGINT, again)
-        # From another thread, a moment later: tripped while this hook runs, the signal would be handled
-        # inside it and dropped again.
-        timer = threading.Timer(0.05, _thread.interrupt_main, args=(signal.SIGINT,))
-        timer.daemon = True
-        timer.start()
-
-    signal.signal(signal.SIGINT, first)
-    signal.signal(signal.SIGTERM, first)
-    sys.unraisablehook = unraisable
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     home = Home.current()
     prepare_environment(home, verbose=args.verbose)
-    install_interrupt_handler()
+    resumable = args.command in RESUMABLE
+    install_interrupt_handler(_resume_hint(argv) if resumable else "")
     try:
         return COMMANDS[args.command](args)
     except DavinciError as exc:
@@ -237,13 +223,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  fix: {exc.hint}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("\ninterrupted: rerun the same command to resume where it stopped", file=sys.stderr)
+        from flows.interrupt import kill_open_runs, say_interrupted
+
+        say_interrupted(kill_open_runs())
         return 130
+    except BrokenPipeError:  # `davinci-kernel skills list | head`: the reader left; nothing is wrong
+        return _closed_pipe()
     except Exception as exc:  # an internal failure: one line here, the traceback in a log file
-        return _internal_error(home, exc)
+        return _internal_error(home, exc, resumable)
 
 
-def _internal_error(home: Home, exc: BaseException) -> int:
+def _resume_hint(argv: Sequence[str] | None) -> str:
+    words = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join(["davinci-kernel", *words])
+
+
+def _closed_pipe() -> int:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again; exit as `yes | head` does."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
+def _internal_error(home: Home, exc: BaseException, resumable: bool) -> int:
     home.logs.mkdir(parents=True, exist_ok=True)
     log = home.logs / "last-error.log"
     log.write_text("".join(traceback.format_exception(exc)))
@@ -254,7 +256,8 @@ def _internal_error(home: Home, exc: BaseException) -> int:
             print(f"  fix: {cause.hint}", file=sys.stderr)
         return cause.exit_code
     print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-    print(f"  the full traceback is in {log}; rerun the same command to resume", file=sys.stderr)
+    print(f"  the full traceback is in {log}" + ("; rerun the same command to resume" if resumable else ""),
+          file=sys.stderr)
     return 1
 
 

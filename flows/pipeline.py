@@ -16,7 +16,7 @@ from prefect import flow
 from artifacts.refs import StageOutputs
 from artifacts.store import TrackingStore
 from flows.console import banner, say
-from flows.context import ProfileRef, finished_stage, load_stage_outputs, open_store, start_or_resume_pipeline
+from flows.context import ProfileRef, close_pipeline, finished_stage, load_stage_outputs, open_store, start_or_resume_pipeline
 from flows.stages import STAGE_FLOWS
 
 
@@ -35,13 +35,13 @@ def pipeline_flow(profile: str = "tiny", overrides: Sequence[str] = ()) -> dict[
         skills = run("skills", data=data, rl=rl)
         evaluation = run("eval", data=data, sft=sft, rl=rl, skills=skills)
     except KeyboardInterrupt:
-        store.set_status(parent, "KILLED")
+        close_pipeline(store, parent, "KILLED")
         raise
     except BaseException:
-        store.set_status(parent, "FAILED")
+        close_pipeline(store, parent, "FAILED")
         raise
     _summarize(store, parent, evaluation)
-    store.set_status(parent, "FINISHED")
+    close_pipeline(store, parent, "FINISHED")
     return {"parent_run_id": parent, "eval": evaluation.to_dict()}
 
 

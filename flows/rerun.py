@@ -32,5 +32,6 @@ def rerun_stage_flow(stage: str, from_run_id: str, overrides: Sequence[str] = ()
         parent_run_id=parent,
         upstream={k: v.to_dict() for k, v in upstream.items()},
         force=not use_cache,
+        rerun=True,
     )
     return {"parent_run_id": parent, "stage": stage, "outputs": result}

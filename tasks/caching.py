@@ -1,9 +1,14 @@
-"""Cache keys and work folders for tasks.
+"""Cache keys and work folders for tasks: on content, never on which run asked.
 
-A key hashes the task name, its parameters (minus those named in `exclude`, e.g. run ids), and the source
-of the code packages the task runs: editing `davinci/llm` invalidates the SFT task but not the data task.
-The work folder of a task run is `.davinci/work/<task>/<key>`: deterministic, so a retry or an interrupted
-rerun finds its partial output there.
+A key hashes the task name, its parameters and the source of the code packages the task runs: editing
+`davinci/llm` invalidates the SFT task but not the data task. Parameters that only say *where to log*
+(`RUN_SCOPED`: the MLflow run reference, a run id) never enter a key, so a second pipeline run with the
+same inputs (e.g. only `rl.*` changed) reuses data and SFT instead of retraining. The work folder of a task
+run is `.davinci/work/<task>/<key>`: content-addressed, so a retry or an interrupted rerun finds its partial
+output there, and a run with other inputs gets another folder and never changes an earlier run's inputs.
+
+    from tasks.caching import cache_key_fn, work_dir
+    @task(cache_key_fn=cache_key_fn(SCOPES), persist_result=True)
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any, Callable, Iterable, Mapping
 from artifacts.home import Home
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Parameters that name the MLflow run a task logs into: never part of a key or a work folder name.
+RUN_SCOPED: tuple[str, ...] = ("run_ref", "run_id")
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,7 +43,8 @@ def code_hash(scopes: tuple[str, ...]) -> str:
 
 
 def params_hash(params: Mapping[str, Any], exclude: Iterable[str] = ()) -> str:
-    skip = set(exclude)
+    """Hash of the parameters that decide a result: `RUN_SCOPED` ones and those in `exclude` are left out."""
+    skip = set(exclude) | set(RUN_SCOPED)
     payload = {k: v for k, v in params.items() if k not in skip}
     blob = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -46,7 +54,7 @@ def task_key(task_name: str, params: Mapping[str, Any], scopes: tuple[str, ...],
     return f"{task_name}-{params_hash(params, exclude)}-{code_hash(scopes)}"
 
 
-def cache_key_fn(scopes: tuple[str, ...], exclude: tuple[str, ...] = ("run_id",)) -> Callable[[Any, dict], str]:
+def cache_key_fn(scopes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> Callable[[Any, dict], str]:
     """A Prefect `cache_key_fn` over the task's parameters and code scopes."""
 
     def fn(context: Any, parameters: dict[str, Any]) -> str:
@@ -55,7 +63,7 @@ def cache_key_fn(scopes: tuple[str, ...], exclude: tuple[str, ...] = ("run_id",)
     return fn
 
 
-def work_dir(task_name: str, params: Mapping[str, Any], scopes: tuple[str, ...], exclude: Iterable[str] = ("run_id",)) -> Path:
+def work_dir(task_name: str, params: Mapping[str, Any], scopes: tuple[str, ...], exclude: Iterable[str] = ()) -> Path:
     folder = Home.current().work / task_name / task_key(task_name, params, scopes, exclude)
     folder.mkdir(parents=True, exist_ok=True)
     return folder

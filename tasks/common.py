@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -31,3 +32,29 @@ def task_logger(run_ref: Mapping[str, str] | None, mirror: Path, prefix: str = "
     store = TrackingStore(StoreLocation(run_ref["tracking_uri"], None), run_ref["experiment"])
     mirror.parent.mkdir(parents=True, exist_ok=True)
     return MlflowLogger(store, run_ref["run_id"], mirror=mirror, prefix=prefix)
+
+
+def busy_elsewhere() -> int:
+    """Cores other processes keep busy now: the 1-minute load average minus this process's own share (1)."""
+    return max(0, round(os.getloadavg()[0]) - 1)
+
+
+def thread_budget(busy_workers: int | None = None, cores: int | None = None) -> int:
+    """Torch intra-op threads for the trainer: the cores not held by other busy processes (other jobs, by the
+    load average), always leaving one core to the evaluator's workers and the rest of the box; at least 1.
+    Torch's OpenMP threads wait for each other at every op, so one thread more than there are free cores
+    makes every op wait for a descheduled thread: 0.40 vs 3.0 steps/s on a busy 2-core box
+    (benchmarks/sft_threads.py, results/cpu/README.md)."""
+    cores = cores or len(os.sched_getaffinity(0))
+    busy = busy_elsewhere() if busy_workers is None else busy_workers
+    return max(1, min(cores - 1, cores - busy))
+
+
+def configure_threads() -> int:
+    """Set torch's intra-op threads to `thread_budget()` (or `$DAVINCI_TORCH_THREADS`); returns the count."""
+    import torch
+
+    wanted = os.environ.get("DAVINCI_TORCH_THREADS", "")
+    threads = int(wanted) if wanted.isdigit() and int(wanted) > 0 else thread_budget()
+    torch.set_num_threads(threads)
+    return threads

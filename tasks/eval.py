@@ -18,7 +18,7 @@ from artifacts.refs import StageOutputs
 from davinci.jsonl import write_jsonl
 from tasks.caching import cache_key_fn
 from tasks.common import load_problems
-from tasks.plots import line_plot
+from tasks.plots import bar_plot
 
 SCOPES = ("davinci",)
 
@@ -67,8 +67,8 @@ def evaluate_policy(checkpoint_dir: str, store_root: str, library_version: int, 
     (out / "fast_p.md").write_text(f"## best of {prof.eval.turns} turns\n\n{format_table(table)}\n\n"
                                    f"## first turn\n\n{format_table(first_table)}\n")
     plot_fast_p(records, str(out / "fast_p.png"), n_total=levels)
-    speedups = [(i, r["speedup"] or 0.0) for i, r in enumerate(records)]
-    line_plot(out / "speedups.png", {"speedup vs eager (0 = not correct)": speedups}, "Per-problem speedup", "problem #", "speedup")
+    bar_plot(out / "speedups.png", [(r["name"], r["speedup"] or 0.0) for r in records],
+             "Per-problem speedup vs eager (0 = not correct)", "speedup")
     files = {"episodes": "episodes.jsonl", "results": "results.jsonl", "fast_p": "fast_p.json", "fast_p_md": "fast_p.md",
              "fast_p_plot": "fast_p.png", "speedup_plot": "speedups.png"}
     return StageOutputs("eval", str(out), files, _summary(table, first_table, records)).write().to_dict()

@@ -41,12 +41,17 @@ def read_episodes(path: Path) -> dict[str, Episode]:
 def run_eval(profile: Any, problems: Sequence[Problem], backend: Any, library: Any, evaluate_fn: EvaluateFn,
              episodes_path: Path) -> dict[str, Episode]:
     """Episodes for the problems not yet in `episodes_path` (appended chunk by chunk); returns all by id."""
+    from tqdm import tqdm
+
     done = read_episodes(episodes_path)
     todo = [p for p in problems if p.id not in done]
+    bar = tqdm(total=len(problems), initial=len(problems) - len(todo), desc="eval", unit="problem")
     for start in range(0, len(todo), CHUNK):
         episodes = run_episodes(todo[start : start + CHUNK], library, backend, profile, epoch=-1, group_size=1,
                                 greedy=profile.eval.greedy, evaluate_fn=evaluate_fn)
         append_jsonl(episodes_path, [ep.to_dict() for ep in episodes])
+        bar.update(len(episodes))
+    bar.close()
     return read_episodes(episodes_path)
 
 

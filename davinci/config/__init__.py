@@ -6,6 +6,8 @@ Choices:
   what differs. A YAML may say `extends: <profile>` to start from another profile.
 - `--set key=value` overrides use dotted keys (`rl.epochs=3`); values are parsed as YAML and checked
   against the field's type. An unknown key raises `ConfigError` naming the valid keys at that level.
+- Every numeric value is range-checked at load against `schema.RANGES` (the one place valid ranges live);
+  a profile file that is not UTF-8 or not YAML is a `ConfigError` too, never an internal error.
 - `flatten()` gives `{"rl.epochs": 3, ...}` for MLflow params; `config_hash()` keys caches and resume.
 
     from davinci.config import load_profile
@@ -23,6 +25,7 @@ import yaml
 from davinci.agents.config import AgentsConfig
 from davinci.config.data import DataConfig
 from davinci.config.loader import build, config_hash, flatten, to_dict
+from davinci.config.schema import check_ranges
 from davinci.config.stages import EvalStageConfig, TrackingConfig
 from davinci.errors import ConfigError, InputNotFound
 from davinci.kernelgym.config import GymConfig
@@ -68,7 +71,10 @@ def _read_yaml(name_or_path: str, config_dir: Path, seen: tuple[str, ...] = ()) 
     if str(path) in seen:
         raise ConfigError(f"profile {path} extends itself (cycle: {' -> '.join(seen)})", "break the `extends:` cycle")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"profile {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+                          "save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"profile {path} is not valid YAML: {exc}", "fix the YAML syntax") from None
     if not isinstance(raw, dict):
@@ -115,7 +121,9 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
 def profile_from_dict(raw: dict[str, Any], name: str = "custom") -> Profile:
     raw = dict(raw)
     raw.setdefault("name", name)
-    return build(Profile, raw, path="")
+    profile = build(Profile, raw, path="")
+    check_ranges(profile)
+    return profile
 
 
 def load_profile(name: str = "tiny", overrides: Sequence[str] = (), config_dir: Path = CONFIG_DIR) -> Profile:

@@ -28,3 +28,10 @@ class TrackingConfig:
     experiment: str = "davinci-kernel"
     # "" = $MLFLOW_TRACKING_URI if set, else the project's own SQLite store (mlruns/mlflow.db).
     tracking_uri: str = ""
+    # Port of the MLflow UI that `davinci-kernel ui` starts and every printed link points at (`ui --port` wins).
+    ui_port: int = 5000
+    # Fraction of RL and eval episodes logged as MLflow traces (0 = none, 1 = every episode); sampled by
+    # episode id, so a resumed epoch traces the same episodes.
+    trace_sample: float = 1.0
+    # Log system metrics (CPU, memory, and GPU utilisation / memory where a GPU is visible) on stage runs.
+    system_metrics: bool = False

@@ -70,6 +70,6 @@ def rollout_table(records: Iterable[RolloutRecord]) -> list[dict[str, Any]]:
                 "correct": res.correct if res else None, "speedup": res.speedup if res else None,
                 "flags": ",".join(res.flags) if res else "",
                 "score": rec.rewards.turn_scores[turn.index] if turn.index < len(rec.rewards.turn_scores) else None,
-                "advantage": rec.advantages.get(f"policy/{turn.index}"), "error": (res.error if res else "")[:200],
+                "advantage": rec.advantages.get(f"policy/{turn.index}"), "error": res.error if res else "",
             })  # fmt: skip
     return rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +12,15 @@ from artifacts.home import Home
 from artifacts.mlflow_logger import replay_metrics
 from artifacts.refs import StageOutputs
 from artifacts.store import TrackingStore
+from artifacts.traces import TraceStats, log_episode_traces
 from davinci.config import Profile
 from flows.console import say
 from flows.context import ProfileRef, open_store, upstream_outputs
 from tasks.caching import params_hash
+from tasks.common import configure_threads
+
+# Stages that run torch in this process (the trainer, generation): their thread count is set at open.
+TRAINING_STAGES = ("sft", "rl", "eval")
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,10 @@ class StageEnv:
     @classmethod
     def open(cls, stage: str, profile: str, overrides: Sequence[str], parent_run_id: str) -> "StageEnv":
         loaded = ProfileRef(profile, tuple(overrides)).load()
-        return cls(stage, loaded, open_store(loaded), parent_run_id, Home.current())
+        env = cls(stage, loaded, open_store(loaded), parent_run_id, Home.current())
+        if stage in TRAINING_STAGES:
+            env.say(f"torch intra-op threads: {configure_threads()} (cores not busy elsewhere; $DAVINCI_TORCH_THREADS sets it)")
+        return env
 
     def inputs(self, given: Mapping[str, Any] | None, needed: Sequence[str]) -> dict[str, StageOutputs]:
         """Upstream outputs: those handed in by the pipeline, else the parent run's finished stages."""
@@ -76,8 +85,29 @@ def run_cached(env: StageEnv, task: Any, force: bool, run_id: str | None = None,
         state = task.with_options(refresh_cache=True)(return_state=True, **params, **extra)
         outputs, cached = StageOutputs.from_dict(state.result()), False
     if cached:
-        env.say(f"{task.name}: already done, reusing {outputs.dir}")
-        metrics = Path(outputs.dir) / "metrics.jsonl"
-        if run_id and metrics.exists():
-            replay_metrics(env.store, run_id, metrics)
+        env.say(f"{task.name}: same inputs and code as an earlier run; reusing its result in {outputs.dir}")
+        if run_id:
+            _mark_reused(env, run_id, task.name, outputs)
     return outputs, cached
+
+
+def _mark_reused(env: StageEnv, run_id: str, task_name: str, outputs: StageOutputs) -> None:
+    """Tag the stage run with the reused result's folder and replay the metrics it logged when it was made."""
+    env.store.set_tags(run_id, {"reused": task_name, "reused_outputs": outputs.dir})
+    metrics = Path(outputs.dir) / "metrics.jsonl"
+    if metrics.exists():
+        replay_metrics(env.store, run_id, metrics)
+
+
+def trace_episodes(env: StageEnv, run_id: str, path: Path) -> TraceStats:
+    """The episodes of a JSONL file (RL rollout records `{episode, rewards}` or bare episodes) as MLflow traces
+    on `run_id`, sampled per `tracking.trace_sample`; once per run (a marker next to the file)."""
+    from davinci.agents.episode import Episode
+
+    if not path.is_file() or env.profile.tracking.trace_sample <= 0:
+        return TraceStats(0, 0, 0.0)
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    episodes = [Episode.from_dict(r.get("episode", r)) for r in records]
+    rewards = [r.get("rewards") for r in records]
+    return log_episode_traces(env.store, run_id, episodes, env.profile.tracking.trace_sample, env.stage, rewards,
+                              marker_dir=path.parent)

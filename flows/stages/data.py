@@ -18,10 +18,11 @@ from tasks.data import prepare_data
 
 @flow(name="stage-data")
 def data_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_id: str = "",
-              upstream: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+              upstream: dict[str, Any] | None = None, force: bool = False,
+              rerun: bool = False) -> dict[str, Any]:
     env = StageEnv.open("data", profile, overrides, parent_run_id)
-    with stage_run(env.store, parent_run_id, "data", env.profile) as run_id:
-        out, _ = run_cached(env, prepare_data, force, data_cfg=to_dict(env.profile.data), seed=env.profile.seed,
+    with stage_run(env.store, parent_run_id, "data", env.profile, rerun=rerun) as run_id:
+        out, _ = run_cached(env, prepare_data, force, run_id=run_id, data_cfg=to_dict(env.profile.data), seed=env.profile.seed,
                             select_k=env.profile.skills.select_k, bm25_top_k=env.profile.skills.bm25_top_k,
                             agents_cfg=to_dict(env.profile.agents))
         _log_data(env, run_id, out)

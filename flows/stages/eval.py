@@ -7,9 +7,11 @@ from typing import Any, Sequence
 
 from prefect import flow
 
+from artifacts.tables import eval_rows
 from davinci.config import config_hash, to_dict
 from flows.context import log_stage_outputs, stage_run
-from flows.stages.common import StageEnv, run_cached
+from flows.stages.common import StageEnv, run_cached, trace_episodes
+from tasks.common import read_jsonl
 from tasks.eval import evaluate_policy
 from tasks.skills import library_rows
 
@@ -18,7 +20,8 @@ _EVAL_SECTIONS = ("seed", "model", "agents", "skills", "gym", "eval")
 
 @flow(name="stage-eval")
 def eval_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_id: str = "",
-              upstream: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+              upstream: dict[str, Any] | None = None, force: bool = False,
+              rerun: bool = False) -> dict[str, Any]:
     env = StageEnv.open("eval", profile, overrides, parent_run_id)
     inputs = env.inputs(upstream, ("data", "sft", "rl", "skills"))
     data, rl, skills = inputs["data"], inputs["rl"], inputs["skills"]
@@ -26,17 +29,18 @@ def eval_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_i
     version = int(skills.summary["library_version"])
     eval_profile = {k: v for k, v in to_dict(env.profile).items() if k in _EVAL_SECTIONS}
     folder = env.stage_dir({"checkpoint": str(checkpoint), "version": version, "profile": config_hash(eval_profile)}, fresh=force)
-    with stage_run(env.store, parent_run_id, "eval", env.profile, {"library_version": str(version)}) as run_id:
+    with stage_run(env.store, parent_run_id, "eval", env.profile, {"library_version": str(version)}, rerun=rerun) as run_id:
         env.store.log_table(run_id, library_rows(env.skill_store, version), f"library/v{version}.json")
-        out, _ = run_cached(env, evaluate_policy, force, checkpoint_dir=str(checkpoint), store_root=env.skill_store,
+        out, _ = run_cached(env, evaluate_policy, force, run_id=run_id, checkpoint_dir=str(checkpoint), store_root=env.skill_store,
                             library_version=version, problems_path=str(data.path("eval")), profile=eval_profile,
                             out_dir=str(folder))
         tables = json.loads(out.path("fast_p").read_text())
         env.store.log_table(run_id, tables["best_turn"], "fast_p/fast_p_table.json")
         env.store.log_table(run_id, tables["first_turn"], "fast_p/fast_p_first_turn.json")
-        results = [json.loads(x) for x in out.path("results").read_text().splitlines() if x.strip()]
-        env.store.log_table(run_id, [{**r, "flags": ",".join(r["flags"]), "speedup_ci": str(r["speedup_ci"])} for r in results],
-                            "results/per_problem.json")
+        results = list(read_jsonl(out.path("results")))
+        episodes = {e["problem_id"]: e for e in read_jsonl(out.path("episodes"))}
+        env.store.log_table(run_id, eval_rows(results, episodes), "results/per_problem.json")
+        trace_episodes(env, run_id, out.path("episodes"))
         env.store.log_metrics(run_id, {k: float(v) for k, v in out.summary.items() if isinstance(v, (int, float))}, step=0)
         env.store.log_artifact(run_id, out.path("fast_p_plot"), "plots")
         env.store.log_artifact(run_id, out.path("speedup_plot"), "plots")

@@ -17,9 +17,10 @@ from prefect import flow
 
 from artifacts.mlflow_logger import replay_metrics
 from artifacts.refs import StageOutputs
+from artifacts.tables import error_line
 from davinci.config import config_hash, to_dict
 from flows.context import log_stage_outputs, stage_run
-from flows.stages.common import StageEnv
+from flows.stages.common import StageEnv, trace_episodes
 from tasks.plots import line_plot
 from tasks.rl import rl_epoch
 from tasks.skills import init_library, library_rows, update_library_task
@@ -30,13 +31,14 @@ _RL_SECTIONS = ("seed", "model", "agents", "rl", "skills", "gym")
 
 @flow(name="stage-rl")
 def rl_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_id: str = "",
-            upstream: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+            upstream: dict[str, Any] | None = None, force: bool = False,
+            rerun: bool = False) -> dict[str, Any]:
     env = StageEnv.open("rl", profile, overrides, parent_run_id)
     inputs = env.inputs(upstream, ("data", "sft"))
     data, sft = inputs["data"], inputs["sft"]
     rl_profile = {k: v for k, v in to_dict(env.profile).items() if k in _RL_SECTIONS}
     folder = env.stage_dir({"data": data.dir, "sft": sft.dir, "profile": config_hash(rl_profile)}, fresh=force)
-    with stage_run(env.store, parent_run_id, "rl", env.profile) as run_id:
+    with stage_run(env.store, parent_run_id, "rl", env.profile, rerun=rerun) as run_id:
         version = init_library(env.skill_store, env.profile.skills.seed)
         epochs = _run_epochs(env, run_id, folder, data, str(sft.path("checkpoint")), version, rl_profile)
         outputs = _outputs(env, folder, epochs)
@@ -61,11 +63,7 @@ def _run_epochs(env: StageEnv, run_id: str, folder: Path, data: StageOutputs, ch
         if state.name == "Cached":
             env.say(f"epoch {epoch}: already done, reusing {out['output_dir']}")
             replay_metrics(env.store, run_id, Path(out["output_dir"]) / "metrics.jsonl")
-        m = out["metrics"]
-        env.say(f"epoch {epoch}: reward {m.get('reward_turn_mean', 0):.3f}, correct {m.get('correct_rate', 0):.2f}, "
-                f"solved {m.get('episode_solved_rate', 0):.2f}, {out['timing']['steps']} steps, "
-                f"gen {out['timing']['generation_s']:.0f}s eval {out['timing']['evaluation_s']:.0f}s update {out['timing']['update_s']:.0f}s")
-        env.store.log_table(run_id, _rollout_table(Path(out["rollouts_path"])), f"rollouts/epoch_{epoch:03d}.json")
+        _report_epoch(env, run_id, epoch, out)
         epochs.append(out)
         checkpoint, previous = out["checkpoint_dir"], out["output_dir"]
         if epoch + 1 < env.profile.rl.epochs:
@@ -84,6 +82,21 @@ def _run_epochs(env: StageEnv, run_id: str, folder: Path, data: StageOutputs, ch
     return epochs
 
 
+def _report_epoch(env: StageEnv, run_id: str, epoch: int, out: dict[str, Any]) -> None:
+    """The epoch's console line, its rollouts table and its episodes as traces (with their share of the epoch)."""
+    m, timing = out["metrics"], out["timing"]
+    env.say(f"epoch {epoch}: reward {m.get('reward_turn_mean', 0):.3f}, correct {m.get('correct_rate', 0):.2f}, "
+            f"solved {m.get('episode_solved_rate', 0):.2f}, {timing['steps']} steps, "
+            f"gen {timing['generation_s']:.0f}s eval {timing['evaluation_s']:.0f}s update {timing['update_s']:.0f}s")
+    rollouts = Path(out["rollouts_path"])
+    env.store.log_table(run_id, _rollout_table(rollouts), f"rollouts/epoch_{epoch:03d}.json")
+    stats = trace_episodes(env, run_id, rollouts)
+    epoch_s = sum(float(timing.get(k, 0.0)) for k in ("generation_s", "evaluation_s", "update_s"))
+    if stats.logged:
+        env.store.log_metrics(run_id, {"timing/trace_s": stats.seconds,
+                                       "timing/trace_share": stats.seconds / epoch_s if epoch_s else 0.0}, step=epoch)
+
+
 def _log_library(env: StageEnv, run_id: str, epoch: int, version: int) -> None:
     """The library version an epoch uses: a metric with step=epoch and a table viewable in the MLflow UI."""
     env.store.log_metrics(run_id, {"library_version": float(version)}, step=epoch)
@@ -93,7 +106,10 @@ def _log_library(env: StageEnv, run_id: str, epoch: int, version: int) -> None:
 def _rollout_table(path: Path) -> list[dict[str, Any]]:
     from davinci.rl.records import read_rollouts, rollout_table
 
-    return rollout_table(read_rollouts(path))
+    rows = rollout_table(read_rollouts(path))
+    for row in rows:  # the error class and message, not a traceback's first 200 characters
+        row["error"] = error_line({"error": row["error"], "correct": row["correct"]}) if row["error"] else ""
+    return rows
 
 
 def _outputs(env: StageEnv, folder: Path, epochs: list[dict[str, Any]]) -> StageOutputs:
@@ -114,7 +130,7 @@ def _log_curves(env: StageEnv, run_id: str, folder: Path, epochs: list[dict[str,
     """Reward and loss curves as PNGs (per epoch and per optimizer step)."""
     per_epoch = {k: [(i, e["metrics"].get(k, 0.0)) for i, e in enumerate(epochs) if e.get("metrics")]
                  for k in ("reward_turn_mean", "reward_best_turn_mean", "correct_rate")}
-    line_plot(folder / "reward_curve.png", per_epoch, "RL rollouts per epoch", "epoch", "value")
+    line_plot(folder / "reward_curve.png", per_epoch, "RL rollouts per epoch", "epoch", "value", integer_x=True)
     steps = []
     for e in epochs:
         path = Path(e.get("steps_path", ""))

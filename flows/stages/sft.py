@@ -14,10 +14,11 @@ from tasks.sft import sft_train
 
 @flow(name="stage-sft")
 def sft_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_id: str = "",
-             upstream: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+             upstream: dict[str, Any] | None = None, force: bool = False,
+             rerun: bool = False) -> dict[str, Any]:
     env = StageEnv.open("sft", profile, overrides, parent_run_id)
     data = env.inputs(upstream, ("data",))["data"]
-    with stage_run(env.store, parent_run_id, "sft", env.profile) as run_id:
+    with stage_run(env.store, parent_run_id, "sft", env.profile, rerun=rerun) as run_id:
         out, _ = run_cached(
             env, sft_train, force, run_id=run_id, data_dir=data.dir, examples_file=str(data.path("sft")),
             model_cfg=to_dict(env.profile.model), sft_cfg=to_dict(env.profile.sft), seed=env.profile.seed,

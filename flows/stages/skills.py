@@ -23,14 +23,15 @@ from tasks.skills import library_rows, update_library_task
 
 @flow(name="stage-skills")
 def skills_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_id: str = "",
-                upstream: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+                upstream: dict[str, Any] | None = None, force: bool = False,
+                rerun: bool = False) -> dict[str, Any]:
     env = StageEnv.open("skills", profile, overrides, parent_run_id)
     inputs = env.inputs(upstream, ("data", "rl"))
     data, rl = inputs["data"], inputs["rl"]
     version = int(rl.summary["library_version"])
     cfg = {"gym": to_dict(env.profile.gym), "skills": to_dict(env.profile.skills)}
     folder = env.stage_dir({"rl": rl.dir, "version": version, "cfg": config_hash(cfg)}, fresh=force)
-    with stage_run(env.store, parent_run_id, "skills", env.profile) as run_id:
+    with stage_run(env.store, parent_run_id, "skills", env.profile, rerun=rerun) as run_id:
         call = update_library_task.with_options(refresh_cache=True) if force else update_library_task
         update = call(
             store_root=env.skill_store, version=version,

@@ -26,3 +26,16 @@ def test_deployments_apply_with_schedule(tmp_path, monkeypatch: pytest.MonkeyPat
     assert [s.schedule.cron for s in got_nightly.schedules] == ["0 3 * * *"]
     assert got_rerun.name == "rerun-stage" and not got_rerun.schedules
     assert {"stage", "from_run_id"} <= set(got_rerun.parameter_openapi_schema["properties"])
+
+
+def test_serve_prints_commands_that_name_its_api() -> None:
+    from flows.deployments import check_cron, second_shell_commands
+
+    lines = second_shell_commands("http://127.0.0.1:4321/api")
+    assert all(line.startswith("PREFECT_API_URL=http://127.0.0.1:4321/api prefect deployment run ") for line in lines)
+    assert any("'rerun-stage/rerun-stage' -p stage=eval -p from_run_id=" in line for line in lines)
+    check_cron("0 3 * * *")
+    from davinci.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not a valid cron expression"):
+        check_cron("61 * * * *")
