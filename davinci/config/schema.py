@@ -78,6 +78,7 @@ RANGES: dict[str, Range] = {
     "rl.clip_ratio": Range(0, 1), "rl.clip_ratio_high": Range(0, 1), "rl.speedup_cap": POSITIVE,
     "rl.gamma": FRACTION, "rl.batch_size": AT_LEAST_1, "rl.update_passes": AT_LEAST_1,
     "rl.adam_betas": Range(0, 1, hi_open=True), "rl.hack_penalty": ANY,
+    "rl.logprob_chunk_rows": AT_LEAST_1, "rl.checkpoint_keep": AT_LEAST_1,
     # skills
     "skills.admission_reruns": AT_LEAST_1, "skills.duplicate_threshold": FRACTION,
     "skills.admission_workers": AT_LEAST_1, "skills.admission_timed_workers": AT_LEAST_1,
@@ -86,7 +87,7 @@ RANGES: dict[str, Range] = {
     "gym.compile_timeout_s": POSITIVE, "gym.run_timeout_s": POSITIVE, "gym.correctness_trials": AT_LEAST_1,
     "gym.tol_half": POSITIVE, "gym.timing_ci_rel": POSITIVE, "gym.timing_min_reps": AT_LEAST_1,
     "gym.timing_max_reps": AT_LEAST_1, "gym.timing_max_s": POSITIVE, "gym.cpu_memory_limit_gb": POSITIVE,
-    "gym.cpu_threads": AT_LEAST_1, "gym.roofline_margin": POSITIVE,
+    "gym.cpu_threads": AT_LEAST_1, "gym.roofline_margin": POSITIVE, "gym.min_kernel_coverage": FRACTION,
     # eval
     "eval.turns": AT_LEAST_1,
     # tracking
