@@ -33,6 +33,7 @@ from artifacts.tables import error_line
 if TYPE_CHECKING:
     from artifacts.store import TrackingStore
     from davinci.agents.episode import Episode, Generation, Turn
+    from davinci.kernelgym.result import EvalResult
 
 MAX_TEXT = 4000
 
@@ -61,12 +62,12 @@ def _prompt(gen: "Generation") -> str:
     return _clip(gen.messages[-1]["content"]) if gen.messages else ""
 
 
-def verdict(result: Mapping[str, Any] | None) -> dict[str, Any]:
-    if not result:
+def verdict(result: "EvalResult | None") -> dict[str, Any]:
+    """The evaluate span's outputs from a turn's typed verdict (None: no code was extracted)."""
+    if result is None:
         return {"evaluated": False, "error": "no code to evaluate"}
-    return {"compiled": result.get("compiled"), "correct": result.get("correct"), "speedup": result.get("speedup"),
-            "flags": list(result.get("flags") or []), "error": error_line(result),
-            "feedback": _clip(result.get("feedback"))}
+    return {"compiled": result.compiled, "correct": result.correct, "speedup": result.speedup,
+            "flags": list(result.flags), "error": error_line(result.to_dict()), "feedback": _clip(result.feedback)}
 
 
 def _export_to(tracking_uri: str) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from davinci.kernelgym.result import EvalResult
+
 from artifacts.home import Home
 from artifacts.store import EXPERIMENT_TAGS, StoreLocation, TrackingStore
 from artifacts.tables import NO_CODE, error_line, eval_rows
@@ -46,8 +48,10 @@ def test_cache_key_ignores_the_run_reference() -> None:
 
 def _episode(eid: str, correct: bool) -> Episode:
     gen = Generation("policy", ({"role": "user", "content": "write ModelNew"},), GenOutput("```python\nx\n```", (), (), (), "stop"), True)
-    result = {"compiled": True, "correct": correct, "speedup": 1.5 if correct else None, "flags": [],
-              "error": None if correct else TRACEBACK, "feedback": "verdict"}
+    result = EvalResult(problem_id="p", candidate_hash="h", backend="triton", compiled=True, correct=correct,
+                        numerics_ok=correct, flags=(), error_kind=None if correct else "compile",
+                        error="" if correct else TRACEBACK, speedup=1.5 if correct else None, feedback="verdict",
+                        device="cpu", timing_label="cpu")
     turn = Turn(0, gen, Candidate("p", "class ModelNew: pass", "triton"), result)
     return Episode(eid, "p", 0, 0, None, (), (), (turn,), None, None, "no summary")
 
