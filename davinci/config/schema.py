@@ -74,7 +74,8 @@ RANGES: dict[str, Range] = {
     "agents.temperature": POSITIVE, "agents.top_p": Range(0, 1, lo_open=True),
     "agents.selection_max_new_tokens": AT_LEAST_1, "agents.summary_max_new_tokens": AT_LEAST_1,
     # rl
-    "rl.problems_per_epoch": AT_LEAST_1, "rl.grad_accum": AT_LEAST_1, "rl.max_grad_norm": POSITIVE,
+    "rl.problems_per_epoch": DEFAULT,  # 0 = every training problem each epoch
+    "rl.grad_accum": AT_LEAST_1, "rl.max_grad_norm": POSITIVE,
     "rl.clip_ratio": Range(0, 1), "rl.clip_ratio_high": Range(0, 1), "rl.speedup_cap": POSITIVE,
     "rl.gamma": FRACTION, "rl.batch_size": AT_LEAST_1, "rl.update_passes": AT_LEAST_1,
     "rl.adam_betas": Range(0, 1, hi_open=True), "rl.hack_penalty": ANY,

@@ -10,6 +10,8 @@ library version each epoch used (as a table), the reward curve.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,14 +40,45 @@ def rl_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_id:
     data, sft = inputs["data"], inputs["sft"]
     rl_profile = {k: v for k, v in to_dict(env.profile).items() if k in _RL_SECTIONS}
     folder = env.stage_dir({"data": data.dir, "sft": sft.dir, "profile": config_hash(rl_profile)}, fresh=force)
+    # Epoch i depends on everything but the number of epochs: its folder (and task key) leaves that out, so a
+    # run with more epochs reuses the epochs an earlier run already trained; the stage folder above (the
+    # outputs of this many epochs) stays per epoch count, so no later run changes an earlier run's outputs.
+    epoch_profile = _without_epochs(rl_profile)
+    epochs_dir = env.stage_dir({"data": data.dir, "sft": sft.dir, "epochs_of": config_hash(epoch_profile)}, fresh=force)
     with stage_run(env.store, parent_run_id, "rl", env.profile, rerun=rerun) as run_id:
         version = init_library(env.skill_store, env.profile.skills.seed)
-        epochs = _run_epochs(env, run_id, folder, data, str(sft.path("checkpoint")), version, rl_profile)
+        epochs = [_materialise(e, folder) for e in
+                  _run_epochs(env, run_id, epochs_dir, data, str(sft.path("checkpoint")), version, epoch_profile)]
         outputs = _outputs(env, folder, epochs)
         _log_curves(env, run_id, folder, epochs)
         log_stage_outputs(env.store, run_id, outputs)
     env.say(f"{len(epochs)} epochs; final checkpoint {outputs.path('checkpoint')}; library v{outputs.summary['library_version']}")
     return outputs.to_dict()
+
+
+def _materialise(out: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A finished epoch (in the shared, content-keyed epochs folder) hard-linked into this stage's own folder,
+    its paths rewritten to there: the stage's outputs stay one self-contained folder (logged to MLflow, read
+    by `stage --from`) while the epoch itself is trained once for every run that needs it."""
+    src = Path(out["output_dir"])
+    if "rollouts_path" not in out:  # no epoch ran (rl.epochs=0): nothing to bring over
+        return {**out, "output_dir": str(folder)}
+    if src.parent == folder:
+        return out
+    dst = folder / src.name
+    if not dst.exists():
+        try:
+            shutil.copytree(src, dst, copy_function=os.link)
+        except OSError:  # another file system: a plain copy
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+    return {k: str(dst / Path(v).relative_to(src)) if isinstance(v, str) and Path(v).is_relative_to(src) else v
+            for k, v in out.items()}
+
+
+def _without_epochs(rl_profile: dict[str, Any]) -> dict[str, Any]:
+    """The profile sections an epoch reads, without `rl.epochs` (only the stage's loop reads it)."""
+    return {**rl_profile, "rl": {k: v for k, v in rl_profile["rl"].items() if k != "epochs"}}
 
 
 def _run_epochs(env: StageEnv, run_id: str, folder: Path, data: StageOutputs, checkpoint: str, version: int,
