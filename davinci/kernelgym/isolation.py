@@ -37,6 +37,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from davinci.kernelgym.seccomp import install_filter
+
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000, 0x40000000, 0x10000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
@@ -228,8 +230,6 @@ def confine(paths: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any]:
     applied["no_caps"] = _drop_capabilities()
     applied["no_new_privs"] = _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     applied["landlock"] = landlock([*writable, *_device_files(), Path("/tmp"), Path("/dev/shm")], errors)
-    from davinci.kernelgym.seccomp import install_filter
-
     applied["seccomp"] = install_filter(os.getpid(), restrict_pids=not applied.get("pidns"), errors=errors)
     if not errors:
         applied.pop("errors", None)
@@ -240,16 +240,21 @@ def _filesystem(paths: dict[str, Any], writable: list[Path], applied: dict[str, 
     """Private /tmp and /dev/shm, the evaluator's folders hidden, the way to the interpreter opened for the
     switched user, everything read-only but the writable folders (bound back from saved descriptors, so a
     writable folder under /tmp or a hidden folder stays reachable)."""
-    fds = {w: os.open(w, os.O_PATH | os.O_CLOEXEC) for w in writable}
+    tmps = ["/tmp"] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
+    hide = [Path(p) for p in paths.get("hide", []) if os.path.isdir(p)]
+    covered = [Path(t) for t in tmps] + hide
+    # what the process still imports from (the project or its venv may live under /tmp) stays visible, read-only
+    keep = [p for p in needed_read_paths() if any(c == p or c in p.parents for c in covered)]
+    # descriptors first (every path still reachable), then the covers, then the binds: what is read from
+    # first (a project under /tmp), then the writable folders inside it or under the hidden state
+    fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in [*keep, *writable] if os.path.exists(p)}
     try:
-        tmps = ["/tmp"] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
-        tmp = all(_tmpfs(t) for t in tmps)
-        if not tmp:
-            errors["private_tmp"] = f"tmpfs on /tmp, /dev/shm: {_err()}"
-        hide = [Path(p) for p in paths.get("hide", []) if os.path.isdir(p)]
         hidden = all(_tmpfs(str(top), mode="0755", size="1m") for top in hide)
         if not hidden:
             errors["hidden_state"] = f"tmpfs over the evaluator's folders: {_err()}"
+        tmp = all(_tmpfs(t) for t in tmps)
+        if not tmp:
+            errors["private_tmp"] = f"tmpfs on /tmp, /dev/shm: {_err()}"
         if not _bind_back(fds):
             errors["writable"] = f"bind the scratch folders back: {_err()}"
     finally:
