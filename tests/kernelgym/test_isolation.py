@@ -121,3 +121,32 @@ print(os.fdopen(r).read()); os.waitpid(pid, 0)
         out[t] != "written" for t in out if t.startswith("/")), out
     assert (scratch / "ok.txt").read_text() == "ok"
     assert not (tmp_path / "outside.txt").exists() and not Path("/tmp/private").exists()
+
+
+@pytest.mark.skipif(not PRIVILEGED, reason="namespaces need root here")
+def test_a_project_under_tmp_stays_importable_inside_the_private_tmp(tmp_path):
+    """The candidate gets a private /tmp; a checkout that lives under /tmp (as a CI clone may) must still be
+    readable there, or every lazy import of the harness fails."""
+    import shutil
+
+    copy = tmp_path / "checkout"
+    shutil.copytree(ROOT / "davinci", copy / "davinci", ignore=shutil.ignore_patterns("__pycache__"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = f"""
+import os
+from davinci.kernelgym import sandbox, isolation
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    applied = sandbox.enter_sandbox(w, {{"network_isolation": True}}, os.getppid())
+    applied = isolation.confine({{"writable": [{str(scratch)!r}], "hide": [], "user": "nobody"}}, applied)
+    import davinci.kernelgym.metrics  # first imported here, from the checkout under /tmp
+    os.write(w, ("imported " + str(applied["private_tmp"])).encode()); os._exit(0)
+os.close(w)
+print(os.fdopen(r).read()); os.waitpid(pid, 0)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=copy, env=dict(os.environ, PYTHONPATH=str(copy)),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip().endswith("imported True"), proc.stdout + proc.stderr[-2000:]
