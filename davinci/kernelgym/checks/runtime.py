@@ -252,7 +252,7 @@ def wall_clock_mismatch(ev: Evidence) -> str | None:
     slow = slow_clock(ev.wall_excess_ms, ev.reported_round_ms) if ev.cuda else None  # (GPU: see slow_clock)
     if slow:
         return slow
-    if ev.reported_ms is None or ev.wall_estimate_ms is None or ev.timing_rounds < 2:
+    if not ev.cuda or ev.reported_ms is None or ev.wall_estimate_ms is None or ev.timing_rounds < 2:
         return None
     if ev.wall_estimate_ms > 2.0 * ev.reported_ms + 1.0:
         return (f"reported {ev.reported_ms:.3f} ms per call, but the supervisor's clock implies "
