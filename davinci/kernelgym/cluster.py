@@ -36,6 +36,8 @@ Any other way of starting workers works too if each gets one GPU and one thread,
 
 from __future__ import annotations
 
+import contextlib
+
 import argparse
 import atexit
 import dataclasses
@@ -135,8 +137,8 @@ def _log_event(msg: dict[str, Any]) -> None:
         from distributed import get_worker
 
         get_worker().log_event(CHUNK_EVENTS, msg)
-    except Exception:
-        pass  # not on a worker (a direct call)
+    except ValueError:  # "No worker found": a direct call, not on a Dask worker
+        return
 
 
 class LanePlugin(WorkerPlugin):
@@ -284,10 +286,8 @@ def check_reports(reports: Mapping[str, Any], resources: Mapping[str, Mapping[st
 
 def preflight(client: Client, config: GymConfig) -> ClusterInfo:
     """Check the cluster before submitting anything (`check_reports`)."""
-    try:
+    with contextlib.suppress(TimeoutError, OSError):  # an empty cluster is named by check_reports below
         client.wait_for_workers(1, timeout=WORKER_WAIT_S)
-    except (TimeoutError, OSError):
-        pass  # check_reports names the empty cluster
     reports = client.run(worker_report, on_error="return")
     workers = client.scheduler_info(n_workers=-1).get("workers", {})
     resources = {addr: w.get("resources", {}) for addr, w in workers.items()}

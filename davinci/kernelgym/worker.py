@@ -9,8 +9,10 @@ installs the Triton launch recorder; the key stays inside an `hmac` object. Then
     alloc   allocate an input slot (ipc: export its CUDA IPC descriptors for the reference worker to fill)
     run     poison free device memory, forward once, device sync, check output types, export outputs
             (host transport: with the inputs as they are after the call, for the mutation check)
-    time    fill input sets (host), warm up, time the calls, keep the outputs for the spot check
-    share   export one kept output;  release  poison and drop kept outputs and slots
+    time    fill input sets (host), time the calls, return every call's output (the audit flags: the same
+            request with PyTorch's results poisoned, or under the profiler; audit.py)
+    warm    warm-up calls on inputs of their own (outside every timed request)
+    release poison and drop kept outputs and slots
     profile one forward under torch.profiler (GPU): device time per kernel name
     integrity  identities, global flags and threads now vs. before the import
     bye     exit (os._exit: no atexit hooks, no buffered output)
@@ -307,14 +309,6 @@ class Harness:
         self._warm(slot, int(h.get("warmup", 2)))
         return {"ok": True}, []
 
-    def op_share(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
-        leaves = self.kept[h["tag"]][int(h["index"])] if h["tag"] == "timed" else self.kept[h["tag"]]
-        bad = _check_leaves(leaves, self.device)
-        if bad:
-            return {"ok": False, **bad}, []
-        out_blobs: list[Any] = []
-        return {"ok": True, "outputs": transport.encode(leaves, self.mode, out_blobs)}, out_blobs
-
     def op_release(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         for tag in h.get("tags", []):
             kept = self.kept.pop(tag, None) or []
@@ -349,7 +343,7 @@ class Harness:
                 "threads": [*self.threads0, *guards.thread_counts()]}, []
 
     def serve(self, first_reply: dict[str, Any]) -> int:
-        ops = {"alloc": self.op_alloc, "run": self.op_run, "time": self.op_time, "warm": self.op_warm, "share": self.op_share,
+        ops = {"alloc": self.op_alloc, "run": self.op_run, "time": self.op_time, "warm": self.op_warm,
                "release": self.op_release, "profile": self.op_profile, "integrity": self.op_integrity}
         try:
             self.chan.send(first_reply)
