@@ -98,7 +98,7 @@ def run(device: str, presets: list[str]) -> list[dict]:
                     ok, error = not leaks, (f"leaked: {leaks[:3]}" if leaks else error)
                 rows.append({"preset": preset, "kind": kind, "name": name, "ok": ok, "correct": r.correct,
                              "flags": list(r.flags), "error_kind": r.error_kind, "speedup": r.speedup,
-                             "wall_s": round(time.monotonic() - t0, 2), "error": error[:300],
+                             "wall_s": round(time.monotonic() - t0, 2), "error": error[-600:],
                              "layers": {k: v for k, v in (r.details.get("sandbox") or {}).items() if k != "errors"}})
                 log(f"{preset} {kind} {name}: {'ok' if ok else 'FAIL'} correct={r.correct} flags={r.flags} "
                     f"kind={r.error_kind} speedup={r.speedup}")

@@ -5,7 +5,8 @@
 #   OUT=/tmp/out benchmarks/gpu/run_suite.sh hacks!:240 bench:200 datacheck:110
 #   (a `!` after the name: stop the suite when that job fails)
 #
-# Jobs (name:seconds): hacks (strict), hacksall, bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests.
+# Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchold (the tree in .gpu/old, side by side),
+# memory, memoryq, learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests.
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
 set -u
 cd "$(dirname "$0")/../.."
@@ -35,6 +36,12 @@ job_cmd() {
     survival)   echo "python3 benchmarks/gpu/kernelgym_survival_gpu.py" ;;
     seedskills) echo "python3 benchmarks/gpu/skills_admit_seed.py --budget-s ${SEED_BUDGET_S:-300}" ;;
     rl)         echo "python3 benchmarks/gpu/rl_tiny_gpu.py --budget-s ${RL_BUDGET_S:-120}" ;;
+    trust)      echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py" ;;
+    benchnew)   echo "python3 benchmarks/kernelgym_bench.py --tag new" ;;
+    benchold)   echo "cd .gpu/old && PYTHONPATH=\$PWD:\$PYTHONPATH python3 benchmarks/kernelgym_bench.py --tag old" ;;
+    memory)     echo "python3 benchmarks/gpu/rl_update_memory.py" ;;
+    memoryq)    echo "python3 benchmarks/gpu/rl_update_memory.py --quick" ;;
+    learning)   echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-}" ;;
     gputests)   echo "python3 -m pytest -q -m gpu tests/kernelgym tests/data_prep tests/skills -p no:cacheprovider" ;;
     *) return 1 ;;
   esac

@@ -33,6 +33,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -128,6 +129,9 @@ class Harness:
     # --- compile phase ---
     def load(self, job: dict[str, Any]) -> dict[str, Any]:
         os.environ.update({k: str(v) for k, v in job.get("env", {}).items()})
+        # the zygote resolved (and cached) the lane's temporary folder, which is read-only once confined:
+        # resolve it again from the job's TMPDIR (Triton writes its .ptx/.cubin there on a GPU)
+        tempfile.tempdir = None
         # Stage 2 of the sandbox, before any of the job's code exists in the process (isolation.py).
         self.sandbox = confine(job.get("confine") or {}, self.sandbox)
         if job.get("probe"):  # the evaluator asking which layers hold here (Evaluator.isolation)

@@ -12,11 +12,16 @@ Measured with `benchmarks/gpu/attn_padding_check.py --speed` (bf16, B=8, 128 new
 
 so every forward pass of the backbone on a GPU (generation, behaviour/reference scoring, the RL and SFT
 updates) runs inside `attention_kernels`, which leaves flash, memory-efficient and math attention: PyTorch
-picks among them per call, with no per-shape setup. On the CPU it changes nothing. The backward pass uses
-the kernel its forward chose, so wrapping the forward is enough.
+picks among them per call, with no per-shape setup. On the CPU it changes nothing. The backward pass runs
+inside it too: with gradient checkpointing the forward is recomputed during backward, and a recompute that
+picks another kernel than the forward did (cuDNN's logsumexp is [B, H, L, 1], flash's [B, H, L]) stops
+with torch's CheckpointError (seen on an H200 with `benchmarks/gpu/rl_update_memory.py`).
 
     with attention_kernels(device):
         logits = model(input_ids=ids, attention_mask=mask).logits
+    ...
+    with attention_kernels(device):
+        loss.backward()
 """
 
 from __future__ import annotations

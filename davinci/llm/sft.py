@@ -205,7 +205,8 @@ def _step(backbone: Backbone, opt: Any, params: list, items: Sequence[TokenizedE
     with attention_kernels(backbone.device):  # no per-shape cuDNN graph builds (davinci.llm.attention)
         loss = assistant_loss(backbone.model, ids, attn, labels)
     opt.zero_grad(set_to_none=True)
-    loss.backward()
+    with attention_kernels(backbone.device):  # a checkpointed forward is recomputed here: same kernels
+        loss.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
     opt.step()
     counts[0] += int(attn.sum())

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from davinci.llm.attention import attention_kernels
 from davinci.rl.checkpoint import Progress, save_resume
 from davinci.rl.logprobs import response_logprobs
 from davinci.rl.config import RLConfig
@@ -206,7 +207,8 @@ def train_step(model: Any, optimizer: Any, samples: Sequence[TrainSample], cfg: 
         weights = tis_weights(old, batch.rollout_logprobs, cfg.tis_cap)
         inputs = LossInputs(lp, old, batch.advantages, batch.resp_mask, batch.token_scale, batch.ref_logprobs, weights)
         out = loss_fn(inputs, cfg)
-        out.loss.backward()
+        with attention_kernels(device):  # a checkpointed forward is recomputed here: same kernels as forward
+            out.loss.backward()
         total += float(out.loss.detach())
         stats.update(out.stats)
         stats.update(_token_stats(lp, old, ent, batch, cfg))
