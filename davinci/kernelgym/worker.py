@@ -390,7 +390,8 @@ def _profiled_kernels(events: Any, top: int = 64) -> list[tuple[str, float]]:
     innermost CPU range open at its launch, and a range's subtree holds its ops' kernels)."""
     kernels: dict[str, float] = {}
     for e in events:
-        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+        # a range (record_function) also shows on the device's timeline, spanning its kernels: not work
+        if str(getattr(e, "device_type", "")).endswith("CUDA") and not getattr(e, "is_user_annotation", False):
             kernels[e.name] = kernels.get(e.name, 0.0) + float(e.device_time_total)
     for e in events:
         if e.name == HARNESS_RANGE and str(e.device_type).endswith("CPU"):

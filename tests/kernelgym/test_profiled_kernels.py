@@ -42,3 +42,11 @@ def test_a_kernel_named_like_the_harness_work_gains_nothing():
     events = [_cpu(1, HARNESS_RANGE, children=[fill_h]), fill_h, _dev(10, "vectorized_elementwise_kernel", 400.0),
               _dev(11, "vectorized_elementwise_kernel", 2.0), _dev(12, "aten_mm_hidden", 900.0)]
     assert dict(_profiled_kernels(events)) == {"aten_mm_hidden": 900.0, "vectorized_elementwise_kernel": 2.0}
+
+
+def test_ranges_on_the_device_timeline_are_not_work():
+    # a record_function range appears on the GPU timeline too (a user annotation spanning its kernels)
+    span = FunctionEvent(20, HARNESS_RANGE, thread=0, start_us=0, end_us=5000, use_device="cuda",
+                         device_type=DeviceType.CUDA, is_user_annotation=True)
+    events = [span, _dev(10, "relu_kernel", 30.0)]
+    assert _profiled_kernels(events) == [("relu_kernel", 30.0)]
