@@ -99,7 +99,9 @@ def run(device: str, presets: list[str]) -> list[dict]:
                 rows.append({"preset": preset, "kind": kind, "name": name, "ok": ok, "correct": r.correct,
                              "flags": list(r.flags), "error_kind": r.error_kind, "speedup": r.speedup,
                              "wall_s": round(time.monotonic() - t0, 2), "error": error[-600:],
-                             "layers": {k: v for k, v in (r.details.get("sandbox") or {}).items() if k != "errors"}})
+                             "layers": {k: v for k, v in (r.details.get("sandbox") or {}).items() if k != "errors"},
+                             "coverage": r.kernel_coverage, "kernels": r.details.get("kernels"),
+                             "wall": {k: r.details.get(k) for k in ("wall_floor_ratios", "wall_excess_ms", "timing_sources")}})
                 log(f"{preset} {kind} {name}: {'ok' if ok else 'FAIL'} correct={r.correct} flags={r.flags} "
                     f"kind={r.error_kind} speedup={r.speedup}")
     return rows

@@ -451,6 +451,8 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                  "wall_floor_ratios": [round(r, 3) for r in job.evidence.wall_floor_ratios],
                  "wall_excess_ms": [round(e, 3) for e in job.evidence.wall_excess_ms],
                  "advice": {f.check: f.reason for f in job.advice},
+                 # the profiled round's device time per kernel or copy (us), the harness's own left out
+                 "kernels": [[n, round(us, 1)] for n, us in (job.evidence.profiler_kernels or [])[:12]],
                  "work": job.info.get("work"), "transport_note": lane.transport_note},
     )
 
