@@ -74,8 +74,9 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
                       "when it can see it is watched")
 
 
-def _profiled(job: Job, sets: list[str], rng: random.Random, limit: float | None) -> None:
-    reply, _, _, comparison = _request(job, sets, rng, 1, limit, profile=True)
+def _profiled(job: Job, sets: list[str], rng: random.Random) -> None:
+    # no idle probe: its spin kernels would count as device time of the forward (its samples are never used)
+    reply, _, _, comparison = _request(job, sets, rng, 1, None, profile=True)
     if reply.get("ok") and comparison and not comparison["ok"]:
         job.evidence.timed_mismatch = job.evidence.timed_mismatch or comparison["reason"]
     if reply.get("kernels") is not None:
@@ -88,4 +89,4 @@ def audit_rounds(job: Job, sets: list[str], rng: random.Random, acc: dict[str, A
     if "torch_compute" in job.checks or "host_compute" in job.checks:
         _poisoned(job, sets, rng, acc, limit)
     if profile and job.lane.cuda:
-        _profiled(job, sets, rng, limit)
+        _profiled(job, sets, rng)

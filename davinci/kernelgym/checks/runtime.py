@@ -223,7 +223,10 @@ WALL_FLAG_RATIO = 1.5
 # plus what it reported in at least this share of the rounds (an honest one: about half), by a median of
 # at least EXCESS_MIN_MS and EXCESS_MIN_REL of what it reported, over at least EXCESS_MIN_ROUNDS rounds
 # (honest candidates measured on a loaded 2-core box: median excess 2-10% of what they reported).
-EXCESS_SHARE, EXCESS_MIN_MS, EXCESS_MIN_REL, EXCESS_MIN_ROUNDS = 0.85, 0.5, 0.25, 3
+# (the relative bar: an honest Triton softmax on an H200 ran 1.7 ms a round past the twin's harness cost
+# against 0.79 ms reported, in 98% of the rounds of one run and in none of the next; the floor (perf.wall_floor)
+# still raises any figure the clock does not allow, so the flag only names a clock several times too slow)
+EXCESS_SHARE, EXCESS_MIN_MS, EXCESS_MIN_REL, EXCESS_MIN_ROUNDS = 0.85, 0.5, 3.0, 3
 
 
 def slow_clock(excess: list[float], reported: list[float]) -> str | None:
