@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-SETS = [[], ["net"], ["mnt"], ["pid"], ["mnt", "fs"], ["user"], ["seccomp"], ["caps", "landlock"],
-        ["net", "mnt", "fs", "user", "caps", "landlock", "seccomp"]]
+SETS = [["mnt", "pid"], ["mnt", "fs"], ["user"], ["seccomp"], ["caps", "landlock"],
+        ["net", "mnt", "fs", "user", "caps", "landlock", "seccomp"], ["net", "mnt", "pid", "fs", "user", "caps", "landlock", "seccomp"]]
 
 
 def child(steps: list[str], w: int, r: int) -> None:
@@ -31,14 +31,21 @@ def child(steps: list[str], w: int, r: int) -> None:
     if flags and libc.unshare(flags) != 0:
         os.write(w, f"unshare failed {ctypes.get_errno()}\n".encode())
         os._exit(1)
-    if "pid" in steps and os.fork():
-        os.wait()
-        os._exit(0)
+    if "pid" in steps:
+        if os.fork():
+            os.wait()
+            os._exit(0)
+        libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None)  # MS_REC | MS_PRIVATE
+        libc.mount(b"proc", b"/proc", b"proc", 0, None)  # a fresh /proc of the new namespace
     scratch = Path(tempfile.mkdtemp())
     os.chmod(scratch, 0o777)
     import torch
     from davinci.kernelgym import transport
-    x = torch.arange(1024, device="cuda", dtype=torch.float32)
+    try:
+        x = torch.arange(1024, device="cuda", dtype=torch.float32)
+    except BaseException:
+        os.write(w, (json.dumps({"fail": traceback.format_exc()[-300:]}) + "\n").encode())
+        os._exit(1)
     applied, errors = {"mountns": "mnt" in steps, "pidns": "pid" in steps}, {}
     if "fs" in steps:
         libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None)  # MS_REC | MS_PRIVATE
