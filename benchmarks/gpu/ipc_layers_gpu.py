@@ -19,8 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-SETS = [["mnt", "pid"], ["mnt", "fs"], ["user"], ["seccomp"], ["caps", "landlock"],
-        ["net", "mnt", "fs", "user", "caps", "landlock", "seccomp"], ["net", "mnt", "pid", "fs", "user", "caps", "landlock", "seccomp"]]
+FULL = ["net", "mnt", "pid", "fs", "user", "caps", "landlock", "seccomp"]
+# "late": the exported tensor is allocated after the layers (as a candidate's outputs are); "init": CUDA
+# itself starts after them (no warm spare)
+SETS = [["mnt", "pid"], ["user"], ["pid", "user"], ["mnt", "pid", "user"], FULL, FULL + ["late"], FULL + ["init"],
+        ["mnt", "pid", "user", "late"]]
 
 
 def child(steps: list[str], w: int, r: int) -> None:
@@ -42,7 +45,9 @@ def child(steps: list[str], w: int, r: int) -> None:
     import torch
     from davinci.kernelgym import transport
     try:
-        x = torch.arange(1024, device="cuda", dtype=torch.float32)
+        if "init" not in steps:
+            torch.zeros(1, device="cuda")
+        x = None if ("late" in steps or "init" in steps) else torch.arange(1024, device="cuda", dtype=torch.float32)
     except BaseException:
         os.write(w, (json.dumps({"fail": traceback.format_exc()[-300:]}) + "\n").encode())
         os._exit(1)
@@ -59,6 +64,8 @@ def child(steps: list[str], w: int, r: int) -> None:
     if "seccomp" in steps:
         install_filter(os.getpid(), restrict_pids="pid" not in steps, errors=errors)
     try:
+        if x is None:
+            x = torch.arange(1024, device="cuda", dtype=torch.float32)
         desc = transport.encode([x], "ipc", [])
         os.write(w, (json.dumps({"desc": desc, "errors": errors}) + "\n").encode())
     except BaseException:
