@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 FULL = ["net", "mnt", "pid", "fs", "user", "caps", "landlock", "seccomp"]
 # "late": the exported tensor is allocated after the layers (as a candidate's outputs are); "init": CUDA
 # itself starts after them (no warm spare)
-SETS = [["mnt", "pid"], ["user"], ["pid", "user"], ["mnt", "pid", "user"], FULL, FULL + ["late"], FULL + ["init"],
-        ["mnt", "pid", "user", "late"]]
+# ("pid" always with "mnt": the fresh /proc must land in the child's own mount namespace; mounted in the
+# machine's, it hid every process but the child's and no later process could start CUDA)
+SETS = [["mnt", "pid"], ["mnt", "pid", "user"], ["mnt", "pid", "user", "late"], FULL, FULL + ["late"], FULL + ["init"]]
 
 
 def child(steps: list[str], w: int, r: int) -> None:
@@ -35,6 +36,7 @@ def child(steps: list[str], w: int, r: int) -> None:
         os.write(w, f"unshare failed {ctypes.get_errno()}\n".encode())
         os._exit(1)
     if "pid" in steps:
+        assert "mnt" in steps, "a PID namespace's /proc needs its own mount namespace"
         if os.fork():
             os.wait()
             os._exit(0)
