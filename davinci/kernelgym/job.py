@@ -420,6 +420,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))
+    job.evidence.launched_after.update(str(n) for n in ev.get("launched_after", []))
     job.kernel_ms += float(ev.get("kernel_ms", 0.0))
     job.forward_ms += float(ev.get("forward_ms", 0.0))
     if not reply.get("ok"):

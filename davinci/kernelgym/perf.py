@@ -256,6 +256,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     threads = tr.get("threads") or [0, 0, 0, 0]
     ev.timed_native_thread_growth += max(0, int(threads[3]) - int(threads[1]))
     ev.reused_storage += int(tr.get("reused_storage", 0))
+    ev.launched_after.update(str(n) for n in tr.get("launched_after") or [])
     outputs = tr.get("outputs") or []
     if len(outputs) != len(order):
         ev.timed_mismatch = "the timed request did not return every call's output"

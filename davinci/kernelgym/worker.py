@@ -205,9 +205,13 @@ class Harness:
             return {"ok": False, "error": _tb(exc)}, []
         fwd_ms = (self._perf() - t0) * 1e3
         launched, kernel_ms = self.rec.stop()
-        leaves = flatten_outputs(out)
+        self.rec.start()  # from here on the harness takes the outputs over: no kernel of the candidate's may run
+        try:
+            leaves = flatten_outputs(out)
+        finally:
+            after, _ = self.rec.stop()
         evidence = {"launched": launched, "kernel_ms": kernel_ms, "forward_ms": fwd_ms, "poisoned": poisoned,
-                    "threads": [*before, *guards.thread_counts()]}
+                    "threads": [*before, *guards.thread_counts()], "launched_after": after}
         if mode is not None:
             evidence["torch_ops"] = mode.poisoned[:32]
             if self.stores.installed:
@@ -218,7 +222,12 @@ class Harness:
             return {"ok": False, **bad, "evidence": evidence}, []
         self.kept[h["tag"]] = leaves
         out_blobs: list[Any] = []
-        reply = {"ok": True, "outputs": transport.encode(leaves, self.mode, out_blobs), "evidence": evidence}
+        self.rec.start()
+        try:
+            outputs = transport.encode(leaves, self.mode, out_blobs)
+        finally:
+            evidence["launched_after"] = [*after, *self.rec.stop()[0]]
+        reply = {"ok": True, "outputs": outputs, "evidence": evidence}
         if self.mode == "host":
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
         return reply, out_blobs
@@ -256,25 +265,38 @@ class Harness:
         t2 = self._perf()
         events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after)
         t3 = self._perf()
-        leaves = [flatten_outputs(o) for o in outs]
+        handed = self._hand_over(outs)
+        if "bad" in handed:
+            return {"ok": False, **handed["bad"]}, []
+        leaves = handed["leaves"]
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
-        self.kept["timed"] = leaves  # type: ignore[assignment]
-        # Every timed call's output leaves in this same request (the supervisor's clock covers it): a result
-        # finished only when asked for would otherwise escape the timing round.
-        out_blobs: list[Any] = []
-        outputs = []
-        with self.timer.harness():
-            for call_leaves in leaves:
-                bad = _check_leaves(call_leaves, self.device)
-                if bad:
-                    return {"ok": False, **bad}, []
-                outputs.append(transport.encode(call_leaves, self.mode, out_blobs))
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
+                "launched_after": handed["late"], "outputs": handed["outputs"],
                 "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()],
-                "canary_ms": idle[0], "canary_probes": idle[1], "outputs": outputs,
+                "canary_ms": idle[0], "canary_probes": idle[1],
                 # where the request's time went, by this process's own clock (a diagnostic, never a figure)
                 "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
-                              "outputs": (self._perf() - t3) * 1e3}}, out_blobs
+                              "outputs": (self._perf() - t3) * 1e3}}, handed["blobs"]
+
+    def _hand_over(self, outs: list[Any]) -> dict[str, Any]:
+        """Every timed call's output, checked and encoded in this same request (the supervisor's clock covers
+        it: a result finished only when asked for would otherwise escape the timing round). Triton launches
+        are recorded meanwhile: any is the candidate's code running inside the hand-off (`late`)."""
+        self.rec.start()
+        try:
+            leaves = [flatten_outputs(o) for o in outs]
+            self.kept["timed"] = leaves  # type: ignore[assignment]
+            blobs: list[Any] = []
+            outputs = []
+            with self.timer.harness():
+                for call_leaves in leaves:
+                    bad = _check_leaves(call_leaves, self.device)
+                    if bad:
+                        return {"bad": bad}
+                    outputs.append(transport.encode(call_leaves, self.mode, blobs))
+        finally:
+            late, _ = self.rec.stop()
+        return {"leaves": leaves, "outputs": outputs, "blobs": blobs, "late": late}
 
     def _audit(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         """An audit round (audit.py): the same timed request, its fill and calls run with every large PyTorch

@@ -223,6 +223,17 @@ def test_honest_kernel_is_correct_with_no_flags(gyms, undo, name, preset):
     assert (r.correct, r.flags, r.error_kind) == (True, (), None), r.feedback
 
 
+@pytest.mark.parametrize("name", ["c2_hp_flatten_deferred", "c2_hp_tensor_detach_handoff"])
+def test_work_in_the_output_hand_off_is_flagged_by_launches(gyms, undo, name):
+    """Deferred work (the real kernel run from a patched helper or Tensor method while the harness takes the
+    outputs over) is named by the Triton launch record, which holds on a GPU too (the CPU store recorder,
+    `host_compute`, does not run there)."""
+    meta = CHEATS[name]
+    p = load_problem(meta["problem"])
+    r = gyms["runtime"].evaluate(p, load(CHEATS_DIR, name, p), seed=2)
+    assert "deferred_work" in r.flags, r.feedback
+
+
 # --- cross-evaluation properties ----------------------------------------------------------------------------
 
 def snapshot(ev: Evaluator) -> dict:

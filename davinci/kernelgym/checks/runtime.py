@@ -27,6 +27,8 @@ class Evidence:
     kernel_names: tuple[str, ...] = ()
     cuda: bool = False
     launched: set[str] = field(default_factory=set)
+    # Triton kernels launched after a forward returned, while the harness took its outputs over
+    launched_after: set[str] = field(default_factory=set)
     # forward calls that returned (None: not counted); launch records mean nothing when none returned
     forwards_returned: int | None = None
     profiler_kernels: list[tuple[str, float]] | None = None
@@ -171,6 +173,16 @@ def thread_spawned(ev: Evidence) -> str | None:
         return f"Python threads grew from {ev.python_threads[0]} to {ev.python_threads[1]}"
     if ev.timed_native_thread_growth > 0:
         return f"{ev.timed_native_thread_growth} native thread(s) started during timed calls"
+    return None
+
+
+@RUNTIME_CHECKS.register("deferred_work")
+def deferred_work(ev: Evidence) -> str | None:
+    """Kernels launched after forward returned: the candidate's code ran inside the harness's output hand-off
+    (a patched helper or Tensor method) and did its work there, outside the timed call."""
+    if ev.launched_after:
+        return (f"kernel(s) {', '.join(sorted(ev.launched_after)[:3])} were launched after forward returned, while "
+                "the evaluator took the outputs over: work done outside the timed call")
     return None
 
 
