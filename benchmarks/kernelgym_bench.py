@@ -65,11 +65,12 @@ def run(args: argparse.Namespace) -> dict:
                        "speedup": r.speedup, "speedup_ci": r.speedup_ci, "error_kind": r.error_kind,
                        "cand_ms": r.runtime.median_ms if r.runtime else None,
                        "eager_ms": r.baselines["eager"].median_ms if "eager" in r.baselines else None,
-                       "trials": r.runtime.trials if r.runtime else 0, "error": r.error[:300],
+                       "trials": r.runtime.trials if r.runtime else 0, "error": r.error[-1500:],  # a traceback's end says what failed
                        "sources": r.details.get("timing_sources", {})}
                 records.append(rec)
                 log(f"round {rnd} {p.name}: {r.wall_s:.2f} s, correct={r.correct}, speedup={r.speedup}, "
-                    f"by event clock={event_ratio(rec)}, sources={rec['sources']}")
+                    f"by event clock={event_ratio(rec)}, sources={rec['sources']}"
+                    + ("" if r.correct else f"\n    {r.error_kind}: {r.error[-800:]}"))
         total = clock()
     return {"startup_s": startup, "total_s": total, "records": records, "device": ev.lanes[0].info.get("device") if ev.lanes else args.device}
 
