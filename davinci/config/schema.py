@@ -64,7 +64,7 @@ RANGES: dict[str, Range] = {
     # model
     "model.tiny_hidden": AT_LEAST_1, "model.tiny_layers": AT_LEAST_1, "model.tiny_heads": AT_LEAST_1,
     "model.tiny_vocab": Range(256), "model.max_seq_len": Range(16), "model.lora_r": AT_LEAST_1,
-    "model.lora_alpha": AT_LEAST_1, "model.lora_dropout": Range(0, 1, hi_open=True), "model.gen_batch_size": AT_LEAST_1,
+    "model.lora_alpha": AT_LEAST_1, "model.lora_dropout": Range(0, 1, hi_open=True), "model.gen_batch_size": DEFAULT,
     "model.openai_timeout_s": POSITIVE, "model.openai_concurrency": AT_LEAST_1,
     "model.vllm_gpu_memory_utilization": Range(0, 1, lo_open=True), "model.vllm_tensor_parallel": AT_LEAST_1,
     # sft

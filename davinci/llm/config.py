@@ -44,8 +44,12 @@ class ModelConfig:
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     # Recompute activations in the backward pass (saves GPU memory on large models, costs ~30% time).
     gradient_checkpointing: bool = False
-    # HF backend: prompts per `generate` call (0 = all at once); bounds GPU memory of the KV cache.
+    # HF backend: prompts per `generate` call; bounds GPU memory of the KV cache. 0 = as many as the free GPU
+    # memory holds (`backends.hf.auto_batch_size`; all at once on the CPU).
     gen_batch_size: int = 16
+    # HF backend KV cache: dynamic (grows per step) or static (preallocated to prompt + max_new_tokens, which
+    # lets transformers compile the decoding step on a GPU). benchmarks/gpu/generation_options.py measures both.
+    gen_cache: Literal["dynamic", "static"] = "dynamic"
     # OpenAI-compatible backend: model name sent to the server ("" = the first of GET /v1/models).
     openai_model: str = ""
     # OpenAI-compatible backend: seconds per request, retries (exponential backoff), parallel requests.

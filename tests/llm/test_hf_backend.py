@@ -88,3 +88,31 @@ def test_ensure_ids_reencodes_a_text_only_output(tiny_backbone_session):
     assert filled.logprobs == () and ensure_ids(bb, msgs, filled) is filled
     cut = ensure_ids(bb, msgs, GenOutput("x = 1", (), (), (), "length"))
     assert cut.response_ids == tuple(bb.encode_text("x = 1"))
+
+
+def test_kv_bytes_and_auto_batch_size_by_hand():
+    from types import SimpleNamespace
+
+    from davinci.llm.backends.hf import auto_batch_size, kv_bytes_per_token
+
+    # Qwen2.5-Coder-1.5B: 28 layers, 2 KV heads of 128 (1536 / 12), bf16: 2 * 28 * 2 * 128 * 2 = 28,672 bytes
+    qwen = SimpleNamespace(num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, hidden_size=1536)
+    assert kv_bytes_per_token(qwen, 2) == 28_672
+    # 8,192 tokens: 234,881,024 B of cache + 3 * 4 * 151,936 = 1,823,232 B of logits rows = 236,704,256 B a
+    # sequence; 0.8 * 40 GiB = 34,359,738,368 B -> 145 sequences
+    assert auto_batch_size(40 << 30, 28_672, 8192, 151_936) == 145
+    assert auto_batch_size(1 << 20, 28_672, 8192, 151_936) == 1      # never 0
+    assert auto_batch_size(1 << 50, 28_672, 8192, 151_936) == 256    # capped
+
+
+def test_static_cache_generates_what_the_dynamic_one_does(tiny_backbone_session):
+    greedy = Sampling(max_new_tokens=12, greedy=True)
+    dynamic = HFBackend(tiny_backbone_session, batch_size=4).generate(_prompts(), greedy)
+    static = HFBackend(tiny_backbone_session, batch_size=4, cache="static").generate(_prompts(), greedy)
+    assert [o.response_ids for o in static] == [o.response_ids for o in dynamic]
+
+
+def test_batch_size_zero_on_the_cpu_is_one_batch(tiny_backbone_session):
+    backend = HFBackend(tiny_backbone_session, batch_size=0)
+    encoded = [[1, 2, 3]] * 5
+    assert backend._batch_size(encoded, Sampling(max_new_tokens=4)) == 5

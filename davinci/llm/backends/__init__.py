@@ -32,7 +32,7 @@ def _hf(backbone: Any, cfg: ModelConfig) -> GenerationBackend:
 
     if backbone is None:
         raise ConfigError("model.backend=hf generates with an in-process backbone, but none was given", "load one with Backbone.load, or set model.backend=openai")
-    return HFBackend(backbone, batch_size=cfg.gen_batch_size)
+    return HFBackend(backbone, batch_size=cfg.gen_batch_size, cache=cfg.gen_cache)
 
 
 @BACKENDS.register("openai")

@@ -3,7 +3,10 @@
 Choices:
 - Prompts are chat-template encoded (`Backbone.encode_chat(..., add_generation_prompt=True)`), sorted by
   length, cut into batches of `cfg.gen_batch_size`, left-padded (decoder-only models continue at the right
-  edge), and generated with the KV cache; outputs come back in the caller's order.
+  edge), and generated with the KV cache; outputs come back in the caller's order. `gen_batch_size: 0`
+  sizes batches from the free GPU memory (`auto_batch_size`: KV cache + logits rows per sequence).
+- `gen_cache: static` preallocates the KV cache (prompt + max_new_tokens), which lets transformers compile
+  the decoding step on a GPU; dynamic grows it per step. benchmarks/gpu/generation_options.py times both.
 - Generation stops on `Backbone.stop_token_ids` (the chat template's end of turn, e.g. Qwen's <|im_end|>,
   plus the tokenizer's and the model's eos); the stop token is kept in `response_ids`, not in `text`.
 - Sampling knobs are passed explicitly (temperature, top_p, top_k=0, repetition_penalty=1) so a real
@@ -78,17 +81,48 @@ def is_greedy(sampling: Sampling) -> bool:
     return sampling.greedy or sampling.temperature <= 0.0
 
 
+def kv_bytes_per_token(config: object, dtype_bytes: int) -> int:
+    """KV-cache bytes one token takes across the model: keys and values, every layer, every KV head."""
+    layers = int(getattr(config, "num_hidden_layers"))
+    heads = int(getattr(config, "num_attention_heads"))
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or int(getattr(config, "hidden_size")) // heads)
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
+def auto_batch_size(free_bytes: int, kv_per_token: int, tokens_per_seq: int, vocab: int, cap: int = 256,
+                    headroom: float = 0.8) -> int:
+    """Sequences per `generate` call that fit in `headroom` of the free memory: each holds its KV cache for
+    `tokens_per_seq` tokens and three [V] float32 rows of the step's logits (the model's output, the
+    log-prob recorder's log-softmax, the sampling warpers' copy). At least 1, at most `cap`."""
+    per_seq = kv_per_token * tokens_per_seq + 3 * 4 * vocab
+    return max(1, min(cap, int(headroom * free_bytes) // max(1, per_seq)))
+
+
 class HFBackend:
     """`GenerationBackend` over a live `Backbone` (sees the weights as they are trained)."""
 
-    def __init__(self, backbone: Backbone, batch_size: int = 16) -> None:
+    def __init__(self, backbone: Backbone, batch_size: int = 16, cache: str = "dynamic") -> None:
         self.backbone = backbone
         self.batch_size = batch_size
+        self.cache = cache
+
+    def _batch_size(self, encoded: list[list[int]], sampling: Sampling) -> int:
+        if self.batch_size > 0:
+            return self.batch_size
+        bb = self.backbone
+        if bb.device.type != "cuda" or not encoded:
+            return max(1, len(encoded))
+        dtype_bytes = next(bb.model.parameters()).element_size()
+        free, _ = torch.cuda.mem_get_info(bb.device)
+        longest = max(len(e) for e in encoded) + sampling.max_new_tokens
+        return auto_batch_size(free, kv_bytes_per_token(bb.model.config, dtype_bytes), longest,
+                               int(bb.model.config.vocab_size))
 
     def generate(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> list[GenOutput]:
         encoded = [self.backbone.encode_chat(p, add_generation_prompt=True) for p in prompts]
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        size = self.batch_size if self.batch_size > 0 else max(1, len(order))
+        size = self._batch_size(encoded, sampling)
         results: list[GenOutput | None] = [None] * len(encoded)
         for b, start in enumerate(range(0, len(order), size)):
             idx = order[start : start + size]
@@ -121,6 +155,7 @@ class HFBackend:
                 pad_token_id=bb.pad_token_id,
                 logits_processor=[recorder],
                 use_cache=True,
+                **({"cache_implementation": "static"} if self.cache == "static" else {}),
                 **knobs,
             )
         bb.model.train(was_training)
