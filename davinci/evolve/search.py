@@ -5,7 +5,8 @@ offer each correct child to the archive.
 Choices:
 - Generation 0 is the population: the given kernels, else the mutator's seeds. Generations 1..N are children.
 - Budgets (`EvolveConfig`): generations, distinct evaluations (counted across resumes), wall time (summed
-  over finished generations across resumes); the first one reached stops the run (`EvolveResult.stopped_by`).
+  over finished generations across resumes); the first one reached stops the run (`EvolveResult.stopped_by`),
+  checked before each generation after the population (generation 0 always runs).
 - Parents come from the archive (rank-weighted); while the archive is empty (nothing correct yet) they come
   from the last generation's programs, so a mutator can repair them.
 - Everything is persisted per generation (`state.py`): a rerun in the same folder reuses the proposals of
@@ -127,6 +128,8 @@ def _evaluate(problem: Problem, proposals: Sequence[Proposal], state: EvolveStat
 def _stop_reason(cfg: EvolveConfig, state: EvolveState, gen: int, started: float) -> str:
     if gen > cfg.generations:
         return "generations"
+    if gen == 0:  # the population is always evaluated
+        return ""
     if cfg.max_evaluations and len(state.verdicts) >= cfg.max_evaluations:
         return "evaluations"
     if cfg.wall_time_s and state.elapsed_s + (time.monotonic() - started) >= cfg.wall_time_s:
