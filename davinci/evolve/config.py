@@ -1,7 +1,7 @@
 """Configuration of evolutionary search (`davinci-kernel evolve`): population, archive, budgets, mutation.
 
 Defaults are the tiny CPU profile: a small population and archive, a few generations, and the `replay`
-mutator off (`policy` needs a checkpoint). `evolve.*` keys can be set like any profile key
+`rules` mutator (no model needed; `policy` needs a checkpoint). `evolve.*` keys can be set like any profile key
 (`--set evolve.population=4`); `davinci.evolve.search.run_evolution` reads this section.
 """
 
@@ -29,8 +29,9 @@ class EvolveConfig:
     diversity_slots: int = 2
     # Archive programs shown to the mutator as examples besides the parent.
     archive_examples: int = 1
-    # Who proposes children: `replay` (recorded edits from `replay_path`) or `policy` (the backbone).
-    mutator: Literal["replay", "policy"] = "replay"
+    # Who proposes children: `rules` (model-free retuning of tiles and launch settings), `replay`
+    # (recorded edits from `replay_path`) or `policy` (the backbone; `davinci-kernel evolve --checkpoint`).
+    mutator: Literal["rules", "replay", "policy"] = "rules"
     replay_path: str = ""
     # A revision (parent -> child) is kept as training data when the child's speedup CI lower bound is
     # above the parent's CI upper bound times this factor (>= 1: beyond the timing noise).

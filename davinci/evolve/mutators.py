@@ -5,6 +5,10 @@
   generation 0; `{"problem_id": P, "find": OLD, "replace": NEW}` (or `"code": SRC`) is an edit. Request n
   tries the edits from n (mod count) on and takes the first that changes the parent; a crossover request
   gets the edit on its first parent, else on its second (the lineage records both parents).
+- `rules` needs no model: deterministic retuning of tile sizes and launch settings
+  (`davinci.skills.rewrites`: one site x2 or /2 per child, the n-th move for request n, skipping children
+  already proposed; a crossover takes the second parent's values at the sites both share). Its population
+  is the problem's built-in reference solution unless kernels are given.
 - `policy` asks the backbone (any `GenerationBackend`) with the policy's own prompt: the problem, the parent
   as the earlier attempt, and as its feedback the evaluator's verdict, the archive examples and, for a
   crossover, the second parent to combine with.
@@ -36,6 +40,7 @@ class MutationRequest:
     other: ArchiveEntry | None
     examples: tuple[ArchiveEntry, ...]
     index: int
+    avoid: frozenset[str] = frozenset()  # code hashes already proposed (a mutator may skip to another child)
 
 
 class Mutator(Protocol):
@@ -136,6 +141,40 @@ def _replay(cfg: EvolveConfig, backend: Any = None, replay_path: str = "") -> Mu
     if not path:
         raise ConfigError("the replay mutator needs a replay file", "pass --replay FILE or --set evolve.replay_path=FILE")
     return ReplayMutator(path)
+
+
+# --- rules --------------------------------------------------------------------------------------------
+
+
+class RulesMutator:
+    """Model-free retuning (see the module docstring)."""
+
+    name = "rules"
+
+    def seeds(self, problem: Problem, n: int) -> list[str]:
+        return [problem.reference_solution] if problem.reference_solution else []
+
+    def _one(self, req: MutationRequest) -> str | None:
+        from davinci.evolve.state import code_hash
+        from davinci.skills.rewrites import crossover, moves, retune
+
+        if req.other is not None:
+            child = crossover(req.parent.code, req.other.code)
+            if child is not None and code_hash(child) not in req.avoid:
+                return child
+        for k in range(len(moves(req.parent.code))):
+            child = retune(req.parent.code, req.index + k)
+            if child is not None and code_hash(child) not in req.avoid:
+                return child
+        return None
+
+    def propose(self, requests: Sequence[MutationRequest]) -> list[str | None]:
+        return [self._one(r) for r in requests]
+
+
+@MUTATORS.register("rules")
+def _rules(cfg: EvolveConfig, backend: Any = None, replay_path: str = "") -> Mutator:
+    return RulesMutator()
 
 
 # --- policy ---------------------------------------------------------------------------------------------

@@ -97,9 +97,9 @@ def _child_proposals(problem: Problem, cfg: EvolveConfig, mutator: Mutator, gen:
         if len(pool) > 1 and rng.random() < cfg.crossover_rate:
             other = rng.choice([e for e in pool if e.code_hash != parent.code_hash])
         examples = tuple(e for e in archive if e.code_hash not in (parent.code_hash, other and other.code_hash))[: cfg.archive_examples]
-        requests.append(MutationRequest(problem, parent, other, examples, (gen - 1) * n + i))
+        requests.append(MutationRequest(problem, parent, other, examples, (gen - 1) * n + i, frozenset(known)))
     out: list[Proposal] = []
-    for req, code in zip(requests, mutator.propose(requests)):
+    for req, code in zip(requests, mutator.propose(requests)):  # later requests may repeat earlier children
         if not code or Proposal(0, 0, "", (), code).code_hash in known:
             continue
         kind, parents_ = ("crossover", (req.parent.code_hash, req.other.code_hash)) if req.other else ("mutation", (req.parent.code_hash,))

@@ -21,7 +21,7 @@ from davinci.evolve.search import run_evolution
 from davinci.types import Problem
 
 PROBLEM = Problem("builtin/toy", "builtin", 1, "toy", "class Model: pass\n")
-CFG = EvolveConfig(population=2, generations=3, children_per_generation=2, crossover_rate=0.0, archive_size=3,
+CFG = EvolveConfig(mutator="replay", population=2, generations=3, children_per_generation=2, crossover_rate=0.0, archive_size=3,
                    diversity_slots=1)
 
 
@@ -128,7 +128,7 @@ def test_bad_replay_input_names_the_fix(tmp_path) -> None:
         other.seeds(PROBLEM, 1)
     with pytest.raises(ConfigError, match="replay"):
         make_mutator(CFG)
-    with pytest.raises(UnknownName, match="policy, replay"):
+    with pytest.raises(UnknownName, match="policy, replay, rules"):
         make_mutator(CFG, name="genetic")
     with pytest.raises(ConfigError, match="--checkpoint"):
         make_mutator(CFG, name="policy")
