@@ -7,7 +7,7 @@
   gets the edit on its first parent, else on its second (the lineage records both parents).
 - `rules` needs no model: deterministic retuning of tile sizes and launch settings
   (`davinci.skills.rewrites`: one site x2 or /2 per child, the n-th move for request n, skipping children
-  already proposed; a crossover takes the second parent's values at the sites both share). Its population
+  already proposed, two moves when every single one is known; a crossover takes the second parent's values at the sites both share). Its population
   is the problem's built-in reference solution unless kernels are given.
 - `policy` asks the backbone (any `GenerationBackend`) with the policy's own prompt: the problem, the parent
   as the earlier attempt, and as its feedback the evaluator's verdict, the archive examples and, for a
@@ -158,14 +158,19 @@ class RulesMutator:
         from davinci.evolve.state import code_hash
         from davinci.skills.rewrites import crossover, moves, retune
 
-        if req.other is not None:
-            child = crossover(req.parent.code, req.other.code)
-            if child is not None and code_hash(child) not in req.avoid:
+        fresh = lambda c: c is not None and code_hash(c) not in req.avoid  # noqa: E731
+        if req.other is not None and fresh(child := crossover(req.parent.code, req.other.code)):
+            return child
+        n = len(moves(req.parent.code))
+        firsts = [retune(req.parent.code, req.index + k) for k in range(n)]
+        for child in firsts:  # one move, starting at the request's own
+            if fresh(child):
                 return child
-        for k in range(len(moves(req.parent.code))):
-            child = retune(req.parent.code, req.index + k)
-            if child is not None and code_hash(child) not in req.avoid:
-                return child
+        for first in firsts:  # every single move is known: two moves
+            for k in range(len(moves(first or ""))):
+                child = retune(first or "", req.index + k)
+                if fresh(child) and child != req.parent.code:
+                    return child
         return None
 
     def propose(self, requests: Sequence[MutationRequest]) -> list[str | None]:

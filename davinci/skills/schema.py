@@ -32,7 +32,7 @@ from davinci.errors import MalformedInput
 
 SkillStatus = Literal["candidate", "admitted", "retired"]
 SkillBackend = Literal["triton", "cuda"]
-ProvenanceKind = Literal["seed", "summary", "merge"]
+ProvenanceKind = Literal["seed", "summary", "merge", "lineage"]
 EvidenceKind = Literal["admission", "retirement", "merge"]
 CheckKind = Literal["rerun", "shape", "transfer"]
 
@@ -126,7 +126,8 @@ class Effect:
 
 @dataclass(frozen=True)
 class SkillProvenance:
-    """Where a skill came from: written by the project (seed), summarized from an episode, or merged."""
+    """Where a skill came from: written by the project (seed), summarized from an episode, merged, or derived by
+    lineage (the reverse of a simplification of an expert kernel, `skills.lineage`)."""
 
     kind: ProvenanceKind = "seed"
     episode_id: str = ""

@@ -132,3 +132,17 @@ def test_bad_replay_input_names_the_fix(tmp_path) -> None:
         make_mutator(CFG, name="genetic")
     with pytest.raises(ConfigError, match="--checkpoint"):
         make_mutator(CFG, name="policy")
+
+
+def test_rules_mutator_moves_past_known_children() -> None:
+    from davinci.evolve.archive import ArchiveEntry
+    from davinci.evolve.mutators import MutationRequest
+    from davinci.evolve.state import code_hash
+
+    parent = ArchiveEntry("p", "BLOCK = 1024\n", 0, correct=True)
+    rules = make_mutator(replace(CFG, mutator="rules"))
+    assert rules.seeds(PROBLEM, 2) == []  # no reference solution
+    known = frozenset(code_hash(c) for c in ("BLOCK = 2048\n", "BLOCK = 512\n"))
+    # every single move is known: two moves (2048 -> 4096)
+    assert rules.propose([MutationRequest(PROBLEM, parent, None, (), 0, known)]) == ["BLOCK = 4096\n"]
+    assert rules.propose([MutationRequest(PROBLEM, parent, None, (), 1)]) == ["BLOCK = 512\n"]
