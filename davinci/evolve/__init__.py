@@ -9,8 +9,8 @@ Modules (each opens with its own docstring):
   revisions   kept revisions (parent -> child beyond the CI noise) as SFT examples and RL start states
   lineage     the lineage graph (JSON) and its SVG picture
   outputs     per-problem files (archive, best kernel, lineage, revisions, summary) and fast_p of the best
-  materialise the policy applying one skill to a problem under the admission gate's checks; usage stats
 
 Imports neither Prefect nor MLflow; kernelgym is reached only through the `evaluate` callable passed in.
-The flow is `flows/evolve.py`, the command `davinci-kernel evolve`.
+The flow is `flows/evolve.py`, the command `davinci-kernel evolve`. Lineage skills are `davinci.skills.lineage`;
+applying one to a problem is `davinci.agents.materialise`.
 """

@@ -33,7 +33,7 @@ from davinci.errors import MalformedInput
 SkillStatus = Literal["candidate", "admitted", "retired"]
 SkillBackend = Literal["triton", "cuda"]
 ProvenanceKind = Literal["seed", "summary", "merge", "lineage"]
-EvidenceKind = Literal["admission", "retirement", "merge"]
+EvidenceKind = Literal["admission", "retirement", "merge", "usage"]
 CheckKind = Literal["rerun", "shape", "transfer"]
 
 STATUSES: tuple[str, ...] = get_args(SkillStatus)
