@@ -60,14 +60,23 @@ class ModelNew(nn.Module):
 _HINGE = _HEAD + '''
 
 @triton.jit
-def _hinge(p_ptr, t_ptr, out_ptr, n, cols, inv_n, BLOCK_SIZE: tl.constexpr):
+def _partial(p_ptr, t_ptr, part_ptr, n, cols, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
     p = tl.load(p_ptr + offs, mask=mask, other=0.0)
     t = tl.load(t_ptr + offs % cols, mask=mask, other=0.0)
     v = tl.where(mask, tl.maximum(1.0 - p * t, 0.0), 0.0)
-    tl.atomic_add(out_ptr, tl.sum(v, axis=0) * inv_n)
+    tl.store(part_ptr + pid, tl.sum(v, axis=0))
+
+
+@triton.jit
+def _final(part_ptr, out_ptr, m, inv_n, RBLOCK: tl.constexpr):
+    acc = tl.zeros([RBLOCK], dtype=tl.float32)
+    for start in range(0, m, RBLOCK):
+        offs = start + tl.arange(0, RBLOCK)
+        acc += tl.load(part_ptr + offs, mask=offs < m, other=0.0)
+    tl.store(out_ptr, tl.sum(acc, axis=0) * inv_n)
 
 
 class ModelNew(nn.Module):
@@ -77,11 +86,13 @@ class ModelNew(nn.Module):
     def forward(self, predictions, targets):
         p = predictions.contiguous()
         t = targets.contiguous()
-        out = torch.zeros((), device=p.device, dtype=torch.float32)
         n = p.numel()
         BLOCK_SIZE = 32
         grid = (triton.cdiv(n, BLOCK_SIZE),)
-        _hinge[grid](p, t, out, n, t.numel(), 1.0 / n, BLOCK_SIZE=BLOCK_SIZE, num_warps=1)
+        part = torch.empty(grid[0], device=p.device, dtype=torch.float32)
+        out = torch.empty((), device=p.device, dtype=torch.float32)
+        _partial[grid](p, t, part, n, t.numel(), BLOCK_SIZE=BLOCK_SIZE, num_warps=1)
+        _final[(1,)](part, out, grid[0], 1.0 / n, RBLOCK=1024)
         return out
 '''
 
@@ -105,7 +116,7 @@ def _problem(prefix: str, smoke: bool):
     if smoke:
         code = apply_shape_overrides(problem.code, PROBLEMS[prefix][1])
         if prefix == "100":
-            code = code.replace("input_shape = (32768,)", "input_shape = (256,)")
+            code = code.replace("input_shape = (32768,)", "input_shape = (64,)")  # targets broadcast over the last dim
         problem = replace(problem, code=code)
     return problem
 

@@ -57,3 +57,14 @@ def test_data_stage_takes_evolution_revisions(tmp_path: Path, sft_doubles) -> No
 def test_evolution_source_needs_files(tmp_path: Path, sft_doubles) -> None:
     with pytest.raises(ConfigError, match="evolution_revisions"):
         run_data_stage(DataConfig(sources=("builtin", "evolution")), tmp_path, seed=0, **sft_doubles.kwargs())
+
+
+def test_input_files_digest_follows_file_content(tmp_path: Path) -> None:
+    from tasks.data import input_files_digest
+
+    path = tmp_path / "revisions.jsonl"
+    write_revisions(path, [_rev("builtin/relu", 256, 512)])
+    cfg = DataConfig(sources=("builtin", "evolution"), evolution_revisions=(str(path),))
+    first = input_files_digest(cfg)
+    write_revisions(path, [_rev("builtin/relu", 256, 1024)])
+    assert input_files_digest(cfg) != first and input_files_digest(DataConfig()) == ""

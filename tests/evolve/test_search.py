@@ -146,3 +146,29 @@ def test_rules_mutator_moves_past_known_children() -> None:
     # every single move is known: two moves (2048 -> 4096)
     assert rules.propose([MutationRequest(PROBLEM, parent, None, (), 0, known)]) == ["BLOCK = 4096\n"]
     assert rules.propose([MutationRequest(PROBLEM, parent, None, (), 1)]) == ["BLOCK = 512\n"]
+
+
+def test_policy_mutator_prompts_with_parent_feedback_archive_and_partner() -> None:
+    """A replay backend (recorded answers; no model is loaded here) behind the policy mutator."""
+    from davinci.evolve.archive import ArchiveEntry
+    from davinci.evolve.mutators import MutationRequest
+    from davinci.llm.types import GenOutput
+
+    class Backend:
+        def __init__(self) -> None:
+            self.prompts = []
+
+        def generate(self, prompts, sampling):
+            self.prompts.extend(prompts)
+            return [GenOutput("```python\nclass ModelNew: pass  # speed=2.0\n```", (), (), (), "stop") if i == 0 else
+                    GenOutput("no code here", (), (), (), "stop") for i, _ in enumerate(prompts)]
+
+    backend = Backend()
+    policy = make_mutator(replace(CFG, mutator="policy"), backend=backend)
+    parent = ArchiveEntry("p", "# parent speed=1.0", 1, correct=True, feedback="correct; speedup 1.0")
+    other = ArchiveEntry("o", "# partner speed=0.9", 1, correct=True)
+    example = ArchiveEntry("e", "# example speed=0.8", 1, correct=True, speedup=0.8)
+    out = policy.propose([MutationRequest(PROBLEM, parent, other, (example,), 0), MutationRequest(PROBLEM, parent, None, (), 1)])
+    assert out[0].strip() == "class ModelNew: pass  # speed=2.0" and out[1] is None
+    text = "\n".join(m["content"] for m in backend.prompts[0])
+    assert all(s in text for s in ("# parent speed=1.0", "correct; speedup 1.0", "# example speed=0.8", "# partner speed=0.9"))
