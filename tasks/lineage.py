@@ -35,7 +35,7 @@ def resolve_expert(kernel: str, problem: str) -> Any:
     if kernel in seeds:
         s = seeds[kernel]
         prob = Problem(f"skill-example/{s.id}", "synthetic", 0, s.id, s.example.before)
-        return Expert(prob, s.example.after, f"seed:{s.id}", s.example.cpu_shapes)
+        return Expert(prob, s.example.after, f"seed:{s.id}", s.example.cpu_shapes, f"{s.title}: {s.intent}")
     if not problem:
         raise InputNotFound(f"--kernel {kernel!r} is not a seed skill id, so --problem is needed",
                             f"pass --problem ID_OR_FILE, or a seed skill id as --kernel ({', '.join(sorted(seeds))})")
@@ -43,7 +43,7 @@ def resolve_expert(kernel: str, problem: str) -> Any:
     if kernel == "builtin":
         if not prob.reference_solution:
             raise InputNotFound(f"{prob.id} has no built-in solution", "pass a kernel file or a seed skill id as --kernel")
-        return Expert(prob, prob.reference_solution, "builtin")
+        return Expert(prob, prob.reference_solution, "builtin", context=f"the built-in solution of {prob.name}")
     if not kernel.endswith(".py") and not Path(kernel).exists():
         raise InputNotFound(f"--kernel {kernel!r} is not a seed skill id, `builtin`, or an existing file",
                             f"use a seed skill id ({', '.join(sorted(seeds))}), `builtin`, or a .py file defining ModelNew")

@@ -29,7 +29,7 @@ from benchmarks.gpu.kernelgym_common import config, log, out_dir, table, write_j
 # Seed skills whose expert kernels carry a launch setting or tile constant a rule can simplify.
 DEFAULT_SKILLS = ("triton-fuse-elementwise-chain", "triton-bias-gelu-residual", "triton-online-softmax-long-rows",
                   "triton-rmsnorm-rowwise", "triton-fused-cross-entropy", "triton-matmul-epilogue-tl-dot",
-                  "triton-welford-chunked-norm", "triton-persistent-swiglu")
+                  "triton-welford-chunked-norm", "triton-persistent-swiglu", "triton-mse-two-stage-reduction")
 
 
 def missing_fields(skill) -> list[str]:

@@ -47,6 +47,7 @@ class Expert:
     code: str
     origin: str
     cpu_shapes: tuple[tuple[str, int], ...] = ()
+    context: str = ""  # what the expert kernel does (a seed skill's title and intent), for the skill's text
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def derive_lineage(expert: Expert, simplifications: Sequence[Simplification], ev
 
 
 def _diff(simple: str, fast: str, limit: int = 6000) -> str:
-    lines = difflib.unified_diff(simple.splitlines(), fast.splitlines(), "simpler", "expert", lineterm="", n=1)
+    lines = difflib.unified_diff(simple.splitlines(), fast.splitlines(), "simpler", "expert", lineterm="", n=3)
     return "\n".join(lines)[:limit]
 
 
@@ -189,13 +190,13 @@ def lineage_skill(expert: Expert, step: Step, simp: Simplification) -> Skill:
     sizes = ", ".join(f"{k}={v}" for k, v in module_constants(problem.code).items()) or "the example's sizes"
     digest = hashlib.sha256((step.expert_code + step.simple_code).encode()).hexdigest()[:6]
     name = simp.name.split(":")[-1]
-    guidance = (f"{simp.reverse_intent[0].upper()}{simp.reverse_intent[1:]}.\n\nDerived by lineage from {expert.origin} on "
-                f"{problem.id}: the simpler form ({simp.description}) stayed correct, and undoing it is this change "
-                f"(diff from the simpler kernel to the expert kernel):\n\n```diff\n{_diff(step.simple_code, step.expert_code)}\n```")
+    where = f"a {'/'.join(info.ops[:4]) or problem.name} kernel" + (f" ({expert.context[:300]})" if expert.context else "")
+    guidance = (f"Lineage of {expert.origin} on {problem.id}; undoing {name} is this diff:\n\n"
+                f"```diff\n{_diff(step.simple_code, step.expert_code)}\n```")
     return Skill(
         id=slugify(f"lineage {name} {problem.name}", digest),
         title=f"Reverse of {name} on {problem.name}: {simp.pattern}",
-        intent=simp.reverse_intent,
+        intent=f"{simp.reverse_intent}, in {where}",
         applies_to=AppliesTo(ops=info.ops or (problem.name.lower(),), patterns=tuple(dict.fromkeys((simp.pattern, *info.categories)))),
         preconditions=Preconditions(dtypes=info.dtypes or ("fp32",), shapes=f"measured at {sizes}",
                                     layout="contiguous inputs, as in the example", hardware=f"measured on {step.fast.device if step.fast else 'unknown'}"),
@@ -203,7 +204,6 @@ def lineage_skill(expert: Expert, step: Step, simp: Simplification) -> Skill:
         backend="cuda" if "load_inline" in step.expert_code else "triton",
         example=Example(before=problem.code, after=step.expert_code, cpu_shapes=expert.cpu_shapes),
         effect=effect,
-        failure_modes=(f"the simpler form ({simp.description}) is correct but slower: {measured}",
-                       "a tile or launch change must keep every load and store masked; kernelgym's correctness trials decide"),
+        failure_modes=(f"{simp.description}: correct on {problem.name} but slower, {measured}",),
         provenance=SkillProvenance(kind="lineage", problem_id=problem.id, author=f"lineage:{simp.name} from {expert.origin}"),
     )

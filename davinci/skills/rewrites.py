@@ -1,7 +1,7 @@
 """Deterministic source rewrites of Triton kernels where the rule is clear (no model needed).
 
 A *site* is a tunable integer in the source: a tile constant (`BLOCK_SIZE = 1024`, `BLOCK_M=64` as a launch
-keyword, the names match BLOCK/TILE/CHUNK) or a launch setting (`num_warps=8`, `num_stages=3`). Rules:
+keyword, upper-case names containing BLOCK/TILE/CHUNK, or exactly `block`, `tile`, `chunk`, `block_size`, ...) or a launch setting (`num_warps=8`, `num_stages=3`). Rules:
 
 - `sites(code)` finds them (regex over the text; offsets let a rewrite change exactly one);
 - `set_site(code, site, value)` rewrites one site;
@@ -24,7 +24,8 @@ from typing import Callable
 
 from davinci.registry import Registry
 
-_TILE = re.compile(r"\b([A-Z_][A-Z0-9_]*(?:BLOCK|TILE|CHUNK)[A-Z0-9_]*|(?:BLOCK|TILE|CHUNK)[A-Z0-9_]*)(\s*=\s*)(\d+)\b")
+_TILE = re.compile(r"\b([A-Z_][A-Z0-9_]*(?:BLOCK|TILE|CHUNK)[A-Z0-9_]*|(?:BLOCK|TILE|CHUNK)[A-Z0-9_]*"
+                   r"|(?:block|tile|chunk)(?:_size)?)(\s*=\s*)(\d+)\b")
 _LAUNCH = re.compile(r"\b(num_warps|num_stages)(\s*=\s*)(\d+)\b")
 _BOUNDS = {"tile": (16, 8192), "num_warps": (1, 16), "num_stages": (1, 8)}
 

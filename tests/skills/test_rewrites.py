@@ -15,6 +15,10 @@ def test_sites_in_source_order() -> None:
         ("tile", "BLOCK_SIZE", 1024), ("tile", "BLOCK_M", 64), ("num_warps", "num_warps", 4), ("num_stages", "num_stages", 3)]
 
 
+def test_lower_case_tile_names_but_not_counts() -> None:
+    assert [(s.name, s.value) for s in sites("block = 4096\nn_blocks = 4\nblock_size=128\n")] == [("block", 4096), ("block_size", 128)]
+
+
 def test_moves_stay_in_range() -> None:
     # 1024 -> 2048, 512; 64 -> 128, 32; warps 4 -> 8, 2; stages 3 -> 6, 1
     assert [(s.name, v) for s, v in moves(CODE)] == [
