@@ -3,8 +3,9 @@ correct, and reverse each kept step into a candidate skill whose evidence is the
 
 How it works (`derive_lineage(expert, simplifications, evaluate, gym)`):
 1. The expert kernel is evaluated (timed, vs eager). An incorrect expert is an error: nothing to learn from.
-2. Simplifications are tried in order on the *current* kernel (the expert, then the last kept
-   simplification), so each kept step isolates one change: deterministic rules from `skills.rewrites`
+2. Each simplification is applied to the expert kernel itself (a star-shaped lineage, not a chain), so each
+   kept step isolates one change and every reversed step ends at the expert kernel (which is then the
+   skill's example, the program admission re-measures): deterministic rules from `skills.rewrites`
    (`shrink_tiles`, `single_warp`, `single_stage`), then any recorded ones (`read_replay_simplifications`:
    what the backbone would propose where no rule is clear: drop a fusion, a naive reduction; the replay file
    stands in for the model, every evaluation is real). A step is kept only when the simpler kernel is
@@ -149,17 +150,15 @@ def derive_lineage(expert: Expert, simplifications: Sequence[Simplification], ev
     if not top.correct:
         raise DavinciError(f"the expert kernel ({expert.origin}) is not correct on {expert.problem.id}: {top.error}",
                            "start from a kernel that `davinci-kernel eval` finds correct")
-    current, current_t, steps = expert.code, top, []
+    steps = []
     for simp in simplifications:
-        simpler = simp.apply(current)
-        if simpler is None or simpler == current:
-            steps.append(Step(simp.name, simp.description, current, current, False, "does not apply to this kernel"))
+        simpler = simp.apply(expert.code)
+        if simpler is None or simpler == expert.code:
+            steps.append(Step(simp.name, simp.description, expert.code, expert.code, False, "does not apply to this kernel"))
             continue
         t = _evaluate(expert, simpler, evaluate, gym, seed)
-        steps.append(Step(simp.name, simp.description, current, simpler, t.correct,
-                          "kept: still correct" if t.correct else f"dropped: {t.error}", current_t, t))
-        if t.correct:
-            current, current_t = simpler, t
+        steps.append(Step(simp.name, simp.description, expert.code, simpler, t.correct,
+                          "kept: still correct" if t.correct else f"dropped: {t.error}", top, t))
     by_name = {s.name: s for s in simplifications}
     cands = tuple(lineage_skill(expert, s, by_name[s.name]) for s in steps if s.kept)
     return LineageResult(expert, top, tuple(steps), cands)

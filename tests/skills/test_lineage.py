@@ -33,7 +33,7 @@ def _result(ms: float, correct: bool = True) -> SimpleNamespace:
 
 
 def test_steps_kept_only_when_correct_and_candidates_fully_filled() -> None:
-    # tiles shrunk: correct but 4x slower; one warp: incorrect (dropped); the chain continues from the kept step
+    # each rule on the expert itself: tiles shrunk: correct but 4x slower; one warp: incorrect (dropped)
     def evaluate(problem, cand, config, seed=None, shape_overrides=None):
         if "num_warps=1" in cand.code:
             return _result(1.0, correct=False)
