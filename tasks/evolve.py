@@ -31,10 +31,10 @@ def _mutator(profile: Any, replay_path: str, checkpoint: str) -> Any:
 
 def lineage_png(graph: dict[str, Any], path: Path) -> Path:
     """The lineage graph with matplotlib: x = generation, one row per program, colour = verdict."""
-    from davinci.evolve.lineage import _colour, _positions
+    from davinci.evolve.lineage import node_colour, node_positions
 
     plt = _pyplot()
-    pos = _positions(graph["nodes"])
+    pos = node_positions(graph["nodes"])
     fig, ax = plt.subplots(figsize=(2 + 1.6 * (1 + max((n["generation"] for n in graph["nodes"]), default=0)),
                                     1.5 + 0.5 * max(1, len(graph["nodes"]) // 2)), dpi=110)
     for e in graph["edges"]:
@@ -42,7 +42,7 @@ def lineage_png(graph: dict[str, Any], path: Path) -> Path:
         ax.plot([x1, x2], [-y1, -y2], color="#555", linestyle="--" if e["kind"] == "crossover" else "-", zorder=1)
     for n in graph["nodes"]:
         x, y = pos[n["id"]]
-        ax.scatter([x], [-y], s=500, color=_colour(n), edgecolors="#333", zorder=2)
+        ax.scatter([x], [-y], s=500, color=node_colour(n), edgecolors="#333", zorder=2)
         label = "x" if not n["correct"] else (f"{n['speedup']:.3g}" if n["speedup"] is not None else "ok")
         ax.annotate(label, (x, -y), ha="center", va="center", fontsize=7, zorder=3)
     ax.set_title(f"lineage of {graph['problem_id']} (gold best, blue archive, red incorrect)", fontsize=8)

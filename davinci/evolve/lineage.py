@@ -29,7 +29,7 @@ def lineage_graph(problem_id: str, entries: tuple[ArchiveEntry, ...], archive: t
     return {"problem_id": problem_id, "nodes": nodes, "edges": edges}
 
 
-def _colour(node: dict[str, Any]) -> str:
+def node_colour(node: dict[str, Any]) -> str:
     if node["best"]:
         return "#f2c14e"
     if node["in_archive"]:
@@ -37,7 +37,7 @@ def _colour(node: dict[str, Any]) -> str:
     return "#cccccc" if node["correct"] else "#e38d8d"
 
 
-def _positions(nodes: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+def node_positions(nodes: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
     rows: dict[int, int] = {}
     out = {}
     for n in nodes:
@@ -49,7 +49,7 @@ def _positions(nodes: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
 
 def render_svg(graph: dict[str, Any]) -> str:
     nodes = graph["nodes"]
-    pos = _positions(nodes)
+    pos = node_positions(nodes)
     width = 80 + _W * (1 + max((int(n["generation"]) for n in nodes), default=0))
     height = 80 + _H * max([sum(1 for n in nodes if n["generation"] == g) for g in {n["generation"] for n in nodes}] or [1])
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="10">',
@@ -61,7 +61,7 @@ def render_svg(graph: dict[str, Any]) -> str:
     for n in nodes:
         x, y = pos[n["id"]]
         label = "x" if not n["correct"] else (f'{n["speedup"]:.3g}' if n["speedup"] is not None else "ok")
-        parts.append(f'<circle cx="{x}" cy="{y}" r="{_R}" fill="{_colour(n)}" stroke="#333"><title>{n["id"]} '
+        parts.append(f'<circle cx="{x}" cy="{y}" r="{_R}" fill="{node_colour(n)}" stroke="#333"><title>{n["id"]} '
                      f'{escape(n["kind"])} speedup {n["speedup"]} CI [{n["ci_low"]}, {n["ci_high"]}]</title></circle>')
         parts.append(f'<text x="{x}" y="{y + 3}" text-anchor="middle">{escape(label)}</text>')
         parts.append(f'<text x="{x}" y="{y + _R + 10}" text-anchor="middle" fill="#666">{n["id"][:7]}</text>')
