@@ -48,6 +48,7 @@ def lineage_png(graph: dict[str, Any], path: Path) -> Path:
     ax.set_title(f"lineage of {graph['problem_id']} (gold best, blue archive, red incorrect)", fontsize=8)
     ax.set_xticks(sorted({pos[n['id']][0] for n in graph["nodes"]}), [str(g) for g in sorted({n["generation"] for n in graph["nodes"]})])
     ax.set_xlabel("generation")
+    ax.margins(x=0.2, y=0.35)
     ax.set_yticks([])
     return _save(fig, path)
 
