@@ -144,6 +144,7 @@ def main() -> int:
     ap.add_argument("--smoke-cpu", action="store_true", help="CPU sizes and the Triton interpreter: checks the mechanics")
     ap.add_argument("--problems", default=",".join(PROBLEMS), help="KernelBench level-1 prefixes (default: 25,88,100)")
     ap.add_argument("--generations", type=int, default=4)
+    ap.add_argument("--wall-s", type=float, default=180.0, help="wall-time budget per problem (evolve.wall_time_s)")
     args = ap.parse_args()
     from davinci.evolve.config import EvolveConfig
     from davinci.evolve.mutators import make_mutator
@@ -155,7 +156,8 @@ def main() -> int:
     gym = config(device, baselines=("eager",), live_baselines=("eager",)) if device == "cuda" else config("cpu", baselines=("eager",))
     problems = {p: _problem(p, args.smoke_cpu) for p in args.problems.split(",")}
     cfg = EvolveConfig(mutator="replay", population=1, generations=(1 if args.smoke_cpu else args.generations),
-                       children_per_generation=2, crossover_rate=0.0, archive_size=4, diversity_slots=1)
+                       children_per_generation=2, crossover_rate=0.0, archive_size=4, diversity_slots=1,
+                       wall_time_s=0.0 if args.smoke_cpu else args.wall_s)
     mutator = make_mutator(cfg, replay_path=str(_replay_file(problems, out_dir() / "replay.jsonl")))
     rows, summaries, clock = [], [], Clock()
     try:
