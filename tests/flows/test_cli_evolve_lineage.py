@@ -48,3 +48,18 @@ def test_malformed_replay_file(tmp_path: Path) -> None:
     bad.write_text('{"problem_id": "builtin/relu"}\n')
     proc = cli(tmp_path, "evolve", "--problem", "relu", "--mutator", "replay", "--replay", str(bad))
     assert_clean_failure(proc, "edits.jsonl:1 has neither code nor find/replace", "fix:")
+
+
+@pytest.mark.slow
+def test_skills_lineage_command_admits_into_a_new_library_version(tmp_path: Path) -> None:
+    """The real command on a seed skill's expert kernel (kernelgym on CPU): candidates written, admitted, committed."""
+    import json
+
+    out = tmp_path / "lineage"
+    proc = cli(tmp_path, "skills", "lineage", "--kernel", "triton-fuse-elementwise-chain", "--simplifications", "single_warp",
+               "--admit", "--out", str(out), "--set", "skills.admission_reruns=1", "--set", "skills.admission_shape_variants=1")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (cand,) = [json.loads(line) for line in (out / "candidates.jsonl").read_text().splitlines()]
+    assert cand["provenance"]["kind"] == "lineage" and cand["effect"]["measurements"]
+    assert "admission lineage-single-warp" in proc.stdout and "library v1: 1 lineage skill(s) admitted" in proc.stdout
+    assert (out / "report.md").read_text().startswith("# Lineage of seed:triton-fuse-elementwise-chain")
