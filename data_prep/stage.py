@@ -5,6 +5,7 @@ What it does (`run_data_stage(cfg, out_dir, seed)`), writing under `out_dir`:
     sft/examples.jsonl                           one role-tagged example per line (agent, problem_id, messages)
     report/filter_report.json                    counts per source and stage, synthesis, diversity clusters, drops
     report/filter_table.csv, report/filter_report.md   every drop: stage, problem, reason, matched id, score
+    evolution/start_states.jsonl                 RL start states from evolution revisions (only with that source)
     manifest.json                                every file with sha256, bytes and record count; the counts
 
 Choices:
@@ -12,6 +13,9 @@ Choices:
   suite's default list), training on the rest of the sources; `kernelbench` = the configured KernelBench
   levels, training on built-in + synthetic problems. Training on KernelBench while evaluating on it is
   refused. Decontamination of train against eval always runs.
+- Evolution revisions (`data.sources` with `evolution`, files in `data.evolution_revisions`) add policy SFT
+  examples and RL start states, decontaminated against the eval problems and diversity-filtered by their
+  edits (`data_prep.evolution`).
 - Synthetic problems avoid the signatures of every built-in and eval problem before they are validated.
 - KernelBench files are only parsed (`ast`), never run, so all 250 files take seconds here.
 - Deterministic: same config and seed give byte-identical files (no timestamps in the outputs).
@@ -35,6 +39,7 @@ from typing import Any, Callable, Sequence
 from data_prep.builtin import builtin_problems, default_heldout_ids
 from data_prep.decontam import decontaminate
 from data_prep.diversity import diversity_filter
+from data_prep.evolution import EvolutionData, evolution_source
 from data_prep.kernelbench import load_kernelbench, load_kernelbench_hf
 from data_prep.records import DropRecord
 from data_prep.sft import ExampleFn, Retriever, build_sft_examples, example_to_dict, load_trajectories
@@ -52,6 +57,7 @@ REPORT_FILE = "report/filter_report.json"
 TABLE_CSV = "report/filter_table.csv"
 TABLE_MD = "report/filter_report.md"
 MANIFEST_FILE = "manifest.json"
+START_STATES_FILE = "evolution/start_states.jsonl"
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,9 @@ def _check_config(cfg: DataConfig) -> None:
             "data.sources includes kernelbench while data.eval_source is kernelbench (training on the eval set)",
             "drop kernelbench from data.sources, or set data.eval_source=builtin_heldout",
         )
+    if "evolution" in cfg.sources and not cfg.evolution_revisions:
+        raise ConfigError("data.sources includes evolution but data.evolution_revisions is empty",
+                          "set data.evolution_revisions=[path/to/revisions.jsonl] (printed by `davinci-kernel evolve`)")
     if cfg.eval_ids and cfg.eval_source != "builtin_heldout":
         raise ConfigError("data.eval_ids only applies to data.eval_source=builtin_heldout", "clear data.eval_ids")
 
@@ -170,8 +179,10 @@ def run_data_stage(
     sft_kwargs = dict(skills=skills, select_k=select_k, bm25_top_k=bm25_top_k, example_fn=example_fn,
                       retriever_factory=retriever_factory)
     examples, sft_drops, n_traj = _sft(cfg, train, {p.id for p in eval_problems}, seed, sft_kwargs)
-    drops = [*(synth.dropped if synth else ()), *decontam_drops, *diversity_drops, *sft_drops]
-    counts = _counts(candidates, kept, train, eval_problems, examples, n_traj, drops)
+    evo = _evolution(cfg, eval_problems)
+    examples.extend(evo.examples)
+    drops = [*(synth.dropped if synth else ()), *decontam_drops, *diversity_drops, *sft_drops, *evo.drops]
+    counts = {**_counts(candidates, kept, train, eval_problems, examples, n_traj, drops), "sft_evolution": len(evo.examples)}
     report = {
         "seed": seed,
         "eval": {"source": cfg.eval_source, "ids": [p.id for p in eval_problems]},
@@ -183,9 +194,18 @@ def run_data_stage(
         "sft": {"problems_with_solution": sum(bool(p.reference_solution) for p in train),
                 "problems_without_solution": sum(not p.reference_solution for p in train),
                 "examples": len(examples), "trajectories": n_traj},
+        "evolution": {"revisions_loaded": evo.loaded, "examples": len(evo.examples), "dropped": len(evo.drops)},
         "drops": [d.to_dict() for d in drops],
     }
-    return _write_outputs(Path(out_dir), cfg, seed, train, eval_problems, examples, drops, report, counts)
+    out = _write_outputs(Path(out_dir), cfg, seed, train, eval_problems, examples, drops, report, counts,
+                         evo.start_states if "evolution" in cfg.sources else None)
+    return out
+
+
+def _evolution(cfg: DataConfig, eval_problems: list[Problem]) -> EvolutionData:
+    if "evolution" not in cfg.sources:
+        return EvolutionData([], [], [], 0)
+    return evolution_source(cfg.evolution_revisions, eval_problems, cfg.decontam_threshold, cfg.dedup_threshold)
 
 
 def _per_source(candidates: list[Problem], kept: list[Problem], train: list[Problem]) -> dict[str, dict[str, int]]:
@@ -257,7 +277,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def _write_outputs(  # noqa: ANN001 - internal, the arguments are run_data_stage's locals
-    out_dir, cfg, seed, train, eval_problems, examples, drops, report, counts
+    out_dir, cfg, seed, train, eval_problems, examples, drops, report, counts, start_states=None
 ) -> DataStageOutputs:
     contents = {
         TRAIN_FILE: (_jsonl([p.to_dict() for p in train]), len(train)),
@@ -267,6 +287,8 @@ def _write_outputs(  # noqa: ANN001 - internal, the arguments are run_data_stage
         TABLE_CSV: (_table_csv(drops), len(drops)),
         TABLE_MD: (_table_md(report, drops), len(drops)),
     }
+    if start_states is not None:
+        contents[START_STATES_FILE] = (_jsonl(start_states), len(start_states))
     files = []
     for rel, (text, records) in contents.items():
         _write(out_dir / rel, text)

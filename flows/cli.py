@@ -4,6 +4,8 @@
     davinci-kernel stage NAME --from RUN_ID [--set ...] [--use-cache] rerun one stage of a pipeline run
     davinci-kernel eval --problem FILE --candidate FILE [--device cpu|cuda] [--timeout S] [--json]
     davinci-kernel skills list [--version V] [--json] | skills show ID [--version V]
+    davinci-kernel skills lineage --kernel K [--problem P] [--admit] [--replay FILE]   lineage-derived skills
+    davinci-kernel evolve --problem P [--generations N] [--kernel FILE] [--mutator rules|replay|policy] [--replay FILE]
     davinci-kernel runs [--limit N]                                   pipeline runs: time, status, overrides, fast_1
     davinci-kernel config [--profile NAME] [--set ...]                print the resolved profile
     davinci-kernel ui [--port N]                                      MLflow UI on the project's store
@@ -22,14 +24,14 @@ import os
 import shlex
 import sys
 import traceback
-from typing import Callable, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from artifacts.home import Home, prepare_environment
 from davinci.errors import DavinciError
 from flows.interrupt import install_interrupt_handler
 
 STAGE_NAMES = ("data", "sft", "rl", "skills", "eval")
-RESUMABLE = ("run", "stage", "serve")
+RESUMABLE = ("run", "stage", "serve", "evolve")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -90,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     show = skills_sub.add_parser("show", help="show one skill")
     show.add_argument("skill_id")
     show.add_argument("--version", default="latest")
+    _lineage_parser(skills_sub)
+    _evolve_parser(sub)
 
     runs = sub.add_parser("runs", help="list pipeline runs in the MLflow store")
     runs.add_argument("--limit", type=POSITIVE_INT, default=20, help="show at most N runs (default 20)")
@@ -109,6 +113,77 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cron", default="0 3 * * *", help="schedule of the pipeline deployment (default: 03:00 daily)")
     serve.add_argument("--port", type=PORT, default=4200, help="port of the Prefect server started when PREFECT_API_URL is unset")
     return parser
+
+
+def _evolve_parser(sub: Any) -> None:
+    evo = sub.add_parser("evolve", help="evolutionary search per problem (archive, best kernel, lineage in MLflow)")
+    evo.add_argument("--profile", default="tiny", help="profile name in configs/ or a YAML path (default: tiny)")
+    evo.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    evo.add_argument("--problem", dest="problems", action="append", required=True, metavar="ID_OR_FILE",
+                     help="a built-in id (builtin/relu) or a KernelBench-format file; repeat for several")
+    evo.add_argument("--generations", type=POSITIVE_INT, default=None, help="generations after the population (evolve.generations)")
+    evo.add_argument("--kernel", dest="kernels", action="append", default=[], metavar="FILE", help="a starting program (repeatable)")
+    evo.add_argument("--mutator", default=None, help="rules (default, no model), replay (recorded edits) or policy (--checkpoint)")
+    evo.add_argument("--replay", default="", metavar="FILE", help="JSONL of recorded edits for the replay mutator")
+    evo.add_argument("--checkpoint", default="", metavar="DIR", help="model checkpoint for the policy mutator")
+
+
+def _lineage_parser(skills_sub: Any) -> None:
+    lin = skills_sub.add_parser("lineage", help="lineage skills: simplify an expert kernel, reverse each kept step into a candidate skill")
+    lin.add_argument("--kernel", required=True, metavar="K",
+                     help="a seed skill id, `builtin` (the problem's reference solution) or a .py file defining ModelNew")
+    lin.add_argument("--problem", default="", metavar="P", help="a built-in id or a problem file (not needed for a seed skill)")
+    lin.add_argument("--profile", default="tiny")
+    lin.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    lin.add_argument("--simplifications", default="", metavar="A,B", help="comma list (default: every deterministic rule)")
+    lin.add_argument("--replay", default="", metavar="FILE", help="JSONL of recorded simplifications to try after the rules")
+    lin.add_argument("--admit", action="store_true", help="run the admission gate and commit admitted skills as a new library version")
+    lin.add_argument("--out", default="", metavar="DIR", help="where to write candidates.jsonl and the report")
+
+
+def cmd_evolve(args: argparse.Namespace) -> int:
+    from davinci.config import load_profile
+
+    overrides = list(args.overrides)
+    if args.generations is not None:
+        overrides.append(f"evolve.generations={args.generations}")
+    if args.mutator:
+        overrides.append(f"evolve.mutator={args.mutator}")
+    profile = load_profile(args.profile, overrides)  # bad profile / key / mutator name fails here
+    _check_evolve_inputs(profile, args)
+    from flows.evolve import evolve_flow
+    from flows.servers import detached_prefect_api
+
+    detached_prefect_api()
+    out = evolve_flow(profile=args.profile, overrides=overrides, problems=list(args.problems), kernels=list(args.kernels),
+                      replay=args.replay, checkpoint=args.checkpoint)
+    from flows.context import open_store, ui_base
+
+    print(f"\nfast_p of the best programs: {out['fast_p']}")
+    print(f"MLflow evolve run: {open_store(profile).ui_url(out['run_id'], ui_base(profile))}")
+    print(f"kept revisions (a data source): {out['revisions']}")
+    return 0
+
+
+def _check_evolve_inputs(profile: Any, args: argparse.Namespace) -> None:
+    """Every input checked before Prefect starts: problems, kernel files, the mutator and its replay file."""
+    from data_prep.resolve import read_kernel, resolve_problem
+    from davinci.errors import ConfigError
+    from davinci.evolve.mutators import make_mutator
+
+    problems = [resolve_problem(p) for p in args.problems]
+    for k in args.kernels:
+        read_kernel(k)
+    if profile.evolve.mutator == "policy":
+        if not args.checkpoint:
+            raise ConfigError("the policy mutator needs a model", "pass --checkpoint DIR (a trained checkpoint) or use --mutator rules")
+        return
+    mutator = make_mutator(profile.evolve, replay_path=args.replay)
+    if not args.kernels:
+        for p in problems:
+            if not mutator.seeds(p, profile.evolve.population):
+                raise ConfigError(f"no starting program for {p.id}",
+                                  "pass --kernel FILE, or add seed rows for it to the replay file")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -161,6 +236,10 @@ def cmd_skills(args: argparse.Namespace) -> int:
     from davinci.skills.cli import list_command, show_command
 
     root = Home.current().skills
+    if args.skills_command == "lineage":
+        from tasks.lineage import lineage_command
+
+        return lineage_command(args)
     if args.skills_command == "list":
         return list_command(root, args.version, args.json)
     return show_command(root, args.skill_id, args.version)
@@ -205,7 +284,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run, "stage": cmd_stage, "eval": cmd_eval, "skills": cmd_skills,
-    "runs": cmd_runs, "config": cmd_config, "ui": cmd_ui, "serve": cmd_serve,
+    "runs": cmd_runs, "config": cmd_config, "ui": cmd_ui, "serve": cmd_serve, "evolve": cmd_evolve,
 }
 
 

@@ -6,7 +6,7 @@
 #   (a `!` after the name: stop the suite when that job fails)
 #
 # Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchold (the tree in .gpu/old, side by side),
-# memory, memoryq, genopts, learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests.
+# memory, memoryq, genopts, learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution, lineage.
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
 set -u
 cd "$(dirname "$0")/../.."
@@ -37,6 +37,8 @@ job_cmd() {
     seedskills) echo "python3 benchmarks/gpu/skills_admit_seed.py --budget-s ${SEED_BUDGET_S:-300}" ;;
     rl)         echo "python3 benchmarks/gpu/rl_tiny_gpu.py --budget-s ${RL_BUDGET_S:-120}" ;;
     trust)      echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py" ;;
+    evolution)  echo "python3 benchmarks/gpu/evolution_gpu.py" ;;
+    lineage)    echo "python3 benchmarks/gpu/lineage_gpu.py" ;;
     benchnew)   echo "python3 benchmarks/kernelgym_bench.py --tag new" ;;
     benchold)   echo "cd .gpu/old && PYTHONPATH=\$PWD:\$PYTHONPATH python3 benchmarks/kernelgym_bench.py --tag old" ;;
     memory)     echo "python3 benchmarks/gpu/rl_update_memory.py" ;;

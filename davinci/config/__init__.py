@@ -28,6 +28,7 @@ from davinci.config.loader import build, config_hash, flatten, to_dict
 from davinci.config.schema import check_ranges
 from davinci.config.stages import EvalStageConfig, TrackingConfig
 from davinci.errors import ConfigError, InputNotFound
+from davinci.evolve.config import EvolveConfig
 from davinci.kernelgym.config import GymConfig
 from davinci.llm.config import ModelConfig, SFTConfig
 from davinci.rl.config import RLConfig
@@ -53,6 +54,7 @@ class Profile:
     gym: GymConfig = field(default_factory=GymConfig)
     eval: EvalStageConfig = field(default_factory=EvalStageConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    evolve: EvolveConfig = field(default_factory=EvolveConfig)
 
 
 def available_profiles(config_dir: Path = CONFIG_DIR) -> list[str]:

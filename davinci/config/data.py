@@ -13,8 +13,12 @@ from typing import Literal
 @dataclass(frozen=True)
 class DataConfig:
     # Training problem sources, in order: builtin (the project's suite), synthetic (composed from it),
-    # kernelbench (a local folder in upstream's layout, or the Hugging Face dataset when `kernelbench_hf`).
-    sources: tuple[Literal["builtin", "synthetic", "kernelbench"], ...] = ("builtin",)
+    # kernelbench (a local folder in upstream's layout, or the Hugging Face dataset when `kernelbench_hf`),
+    # evolution (kept revisions of `davinci-kernel evolve` runs, files in `evolution_revisions`: policy SFT
+    # examples and RL start states, not problems).
+    sources: tuple[Literal["builtin", "synthetic", "kernelbench", "evolution"], ...] = ("builtin",)
+    # revisions.jsonl files written by `davinci-kernel evolve` (used when `sources` includes evolution).
+    evolution_revisions: tuple[str, ...] = ()
     # Where the eval problems come from: a held-out part of the built-in suite (CPU-sized) or KernelBench.
     eval_source: Literal["builtin_heldout", "kernelbench"] = "builtin_heldout"
     # Built-in problems held out for eval (ids); empty means the suite's own default held-out list.

@@ -91,12 +91,17 @@ RANGES: dict[str, Range] = {
     "gym.cpu_threads": AT_LEAST_1, "gym.roofline_margin": POSITIVE, "gym.min_kernel_coverage": FRACTION,
     # eval
     "eval.turns": AT_LEAST_1,
+    # evolve
+    "evolve.population": AT_LEAST_1, "evolve.children_per_generation": AT_LEAST_1, "evolve.crossover_rate": FRACTION,
+    "evolve.archive_size": AT_LEAST_1, "evolve.revision_min_gain": Range(1),
     # tracking
     "tracking.trace_sample": FRACTION, "tracking.ui_port": Range(1, 65535),
 }
 
 # (description, predicate over the profile, fix)
 CROSS_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("evolve.diversity_slots must be < evolve.archive_size",
+     lambda p: p.evolve.diversity_slots < p.evolve.archive_size, "lower evolve.diversity_slots or raise evolve.archive_size"),
     ("gym.timing_min_reps must be <= gym.timing_max_reps",
      lambda p: p.gym.timing_min_reps <= p.gym.timing_max_reps, "lower gym.timing_min_reps or raise gym.timing_max_reps"),
 )

@@ -32,8 +32,8 @@ from davinci.errors import MalformedInput
 
 SkillStatus = Literal["candidate", "admitted", "retired"]
 SkillBackend = Literal["triton", "cuda"]
-ProvenanceKind = Literal["seed", "summary", "merge"]
-EvidenceKind = Literal["admission", "retirement", "merge"]
+ProvenanceKind = Literal["seed", "summary", "merge", "lineage"]
+EvidenceKind = Literal["admission", "retirement", "merge", "usage"]
 CheckKind = Literal["rerun", "shape", "transfer"]
 
 STATUSES: tuple[str, ...] = get_args(SkillStatus)
@@ -126,7 +126,8 @@ class Effect:
 
 @dataclass(frozen=True)
 class SkillProvenance:
-    """Where a skill came from: written by the project (seed), summarized from an episode, or merged."""
+    """Where a skill came from: written by the project (seed), summarized from an episode, merged, or derived by
+    lineage (the reverse of a simplification of an expert kernel, `skills.lineage`)."""
 
     kind: ProvenanceKind = "seed"
     episode_id: str = ""

@@ -13,7 +13,7 @@ from davinci.config import to_dict
 from flows.context import log_stage_outputs, stage_run
 from flows.stages.common import StageEnv, run_cached
 from tasks.common import load_problems
-from tasks.data import prepare_data
+from tasks.data import input_files_digest, prepare_data
 
 
 @flow(name="stage-data")
@@ -24,7 +24,7 @@ def data_flow(profile: str = "tiny", overrides: Sequence[str] = (), parent_run_i
     with stage_run(env.store, parent_run_id, "data", env.profile, rerun=rerun) as run_id:
         out, _ = run_cached(env, prepare_data, force, run_id=run_id, data_cfg=to_dict(env.profile.data), seed=env.profile.seed,
                             select_k=env.profile.skills.select_k, bm25_top_k=env.profile.skills.bm25_top_k,
-                            agents_cfg=to_dict(env.profile.agents))
+                            agents_cfg=to_dict(env.profile.agents), inputs_digest=input_files_digest(env.profile.data))
         _log_data(env, run_id, out)
         log_stage_outputs(env.store, run_id, out)
     env.say(", ".join(f"{k}={v}" for k, v in out.summary.items() if isinstance(v, (int, float))))
