@@ -150,7 +150,10 @@ def launch(row: str, gpus: int, max_gpus: int, smoke: bool, samples: int, folder
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}", str(Path(__file__).resolve()),
            "--worker", "--row", row, "--json", str(out), "--max-gpus", str(max_gpus), "--samples", str(samples)]
     cmd += ["--smoke-cpu"] if smoke else []
-    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if smoke:  # torchrun sets one thread per process only for 2+ processes; the same for every count
+        env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     ranks = [json.loads(p.read_text()) for p in sorted(folder.glob(f"{out.name}.*"))]
     merged = {"row": row, "gpus": gpus, "samples": ranks[0]["samples"] if ranks else samples, "status": "failed"}
     if ranks:
@@ -164,8 +167,10 @@ def launch(row: str, gpus: int, max_gpus: int, smoke: bool, samples: int, folder
     return merged
 
 
-def print_table(results: list[dict], device: str) -> None:
-    print(f"device: {device}; models: random init, bf16 compute, float32 sharded trainable weights (FSDP2 mixed precision)")
+def print_table(results: list[dict], device: str, smoke: bool) -> None:
+    models = ("tiny shapes in float32 (smoke: checks the script; 2 processes share 2 cores, timings mean nothing)" if smoke
+              else "random init, bf16 compute, float32 sharded trainable weights (FSDP2 mixed precision)")
+    print(f"device: {device}; models: {models}")
     print(f"{'row':<10} {'mode':<5} {'GPUs':>4} {'samples':>7} {'tokens':>8} {'status':>6} {'peak GiB/GPU':>12} {'step s':>7} {'tok/s':>8}")
     for r in results:
         mode = "LoRA" if ROWS[r["row"]]["lora"] else "full"
@@ -195,7 +200,7 @@ def main() -> None:
     device = "cpu (smoke, gloo)" if args.smoke_cpu else f"{visible} x {torch.cuda.get_device_name(0)}"
     with tempfile.TemporaryDirectory() as tmp:
         results = [launch(row, k, max(counts), args.smoke_cpu, args.samples, Path(tmp)) for row in args.rows.split(",") for k in counts]
-    print_table(results, device)
+    print_table(results, device, args.smoke_cpu)
 
 
 if __name__ == "__main__":
