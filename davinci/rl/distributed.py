@@ -54,7 +54,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from davinci.errors import ConfigError, DavinciError
+from davinci.errors import ConfigError, DavinciError, InputNotFound
 from davinci.rl.config import RLConfig
 from davinci.rl.logprobs import DEFAULT_CHUNK_ROWS, response_logprobs
 from davinci.rl.samples import TrainSample
@@ -317,8 +317,6 @@ def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]
     cfg = profile.rl
     samples_path = Path(args.samples)
     if not samples_path.is_file():
-        from davinci.errors import InputNotFound
-
         raise InputNotFound(f"no samples file at {samples_path}", "pass an RL epoch's samples.jsonl (epoch_NNN/samples.jsonl)")
     samples = [TrainSample.from_dict(r) for r in read_jsonl(samples_path)]
     torch.manual_seed(profile.seed)  # a fresh LoRA adapter is drawn alike on every rank (each shards its own copy)

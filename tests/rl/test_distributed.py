@@ -32,6 +32,7 @@ BASE = ["model.tiny_hidden=32", "model.tiny_layers=2", "model.tiny_heads=2", "mo
         "rl.batch_size=5", "rl.micro_batch_tokens=33", "rl.lr=0.01", "rl.max_grad_norm=1000", "rl.agent_weights={policy: 1.0, summary: 0.5}"]
 VARIANTS = {
     "full": [],
+    "full-checkpointed": ["model.gradient_checkpointing=true"],
     "lora": ["model.lora=true", "model.lora_r=4", "model.lora_alpha=8", "model.gradient_checkpointing=true"],
 }
 
@@ -85,7 +86,6 @@ def _checkpoint_for(variant: str, base: Path, overrides: list[str]) -> Path:
 
 def _reference_step(checkpoint: Path, overrides: list[str], samples: list[TrainSample]) -> tuple[dict, dict]:
     profile = load_profile("tiny", overrides)
-    torch.set_num_threads(1)
     bb = Backbone.load(checkpoint, profile.model, device="cpu")
     plan = plan_updates(len(samples), profile.rl, seed=profile.seed, epoch=0)
     assert len(step_micro_batches([samples[i] for i in plan[0]], profile.rl)) == 3
