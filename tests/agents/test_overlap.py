@@ -4,7 +4,7 @@ batch's kernels to the evaluator while the next batch generates.
 Methodology: a streaming backend double answers each policy prompt with a fixed kernel (relu: its correct
 reference solution; add: a wrong one), in batches of 2 that take 0.3 s each (`generate_batches`, the hf
 backend's protocol); the evaluator is conftest's in-process Triton-interpreter double, wrapped in the RL
-epoch's `TimedCall`. With overlap on, the first evaluation starts before the last batch has been generated,
+epoch's `TimedCall`. With overlap on, the first evaluation (0.2 s each) starts before the last batch has been generated,
 the episodes equal the serial path's exactly, and the epoch's clocks see overlap; with it off, none.
 """
 
@@ -17,7 +17,7 @@ from davinci.agents.runner import overlap_enabled, run_episodes
 from davinci.llm.types import GenOutput
 from davinci.rl.rollout import TimedBackend, TimedCall, overlap_seconds
 
-BATCH, DELAY_S = 2, 0.3
+BATCH, DELAY_S, EVAL_S = 2, 0.3, 0.2
 
 
 class StreamingBackend:
@@ -63,7 +63,12 @@ def _backend(problems) -> StreamingBackend:
 def _run(problems, profile, evaluate, mode: str):
     prof = replace(profile, agents=replace(profile.agents, turns=1, overlap_eval=mode))
     backend = _backend(problems)
-    timed, timed_eval = TimedBackend(backend, len), TimedCall(evaluate)
+
+    def slow_evaluate(items):  # a real evaluation takes seconds; the interpreter double, milliseconds
+        time.sleep(EVAL_S)
+        return evaluate(items)
+
+    timed, timed_eval = TimedBackend(backend, len), TimedCall(slow_evaluate)
     eps = run_episodes(problems, None, timed, prof, epoch=0, group_size=3, greedy=False, evaluate_fn=timed_eval)
     return eps, backend, timed, timed_eval
 
@@ -76,7 +81,8 @@ def test_overlap_starts_evaluating_before_generation_ends_and_changes_nothing(pr
     first_eval_start = min(t0 for t0, _ in ev.intervals)
     assert first_eval_start < backend.batch_ends[2]
     assert len(ev.intervals) == 3 and len(serial_eval.intervals) == 1  # one call per batch vs one per turn
-    assert overlap_seconds(gen.intervals, ev.intervals) > 0.1
+    # evaluations of batches 1 and 2 (EVAL_S each) ran under the generation of batches 2 and 3
+    assert overlap_seconds(gen.intervals, ev.intervals) >= 2 * EVAL_S * 0.9
     assert overlap_seconds(serial_gen.intervals, serial_eval.intervals) == 0.0
     # identical episodes: the same generations, candidates and verdicts as the serial path
     assert [e.to_dict() for e in overlapped] == [e.to_dict() for e in serial]
