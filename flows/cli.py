@@ -190,6 +190,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from davinci.config import load_profile
 
     profile = load_profile(args.profile, args.overrides)  # bad profile / key / range fails here, before Prefect
+    from flows.cluster import check_cluster
+
+    print(check_cluster(profile).describe())  # an unreachable, empty, stale or GPU-less cluster fails here too
     from flows.pipeline import pipeline_flow
     from flows.servers import detached_prefect_api
 
@@ -214,6 +217,9 @@ def cmd_stage(args: argparse.Namespace) -> int:
     from flows.context import resolve_rerun
 
     parent, ref = resolve_rerun(args.from_run, args.overrides)  # bad run id / key fails before Prefect
+    from flows.cluster import check_cluster
+
+    print(check_cluster(ref.load()).describe())  # so does a cluster that cannot evaluate
     from flows.context import open_store, ui_base
     from flows.rerun import rerun_stage_flow
     from flows.servers import detached_prefect_api

@@ -172,7 +172,10 @@ def stage_run(store: TrackingStore, parent_run_id: str, stage: str, profile: Pro
     """A child MLflow run for one stage: FINISHED on success, KILLED on Ctrl-C, FAILED on any error.
 
     Without `rerun`, an unfinished run of the same stage under the parent (an interrupted one) is reopened."""
-    run_id = _open_stage_run(store, parent_run_id, stage, profile, extra_tags or {}, rerun)
+    from flows.cluster import check_cluster
+
+    tags = {**check_cluster(profile).tags(), **(extra_tags or {})}  # where this stage's kernels are evaluated
+    run_id = _open_stage_run(store, parent_run_id, stage, profile, tags, rerun)
     store.log_params(run_id, {k: v for k, v in flatten(profile).items() if k.split(".")[0] in _SECTIONS[stage]})
     link_prefect_to_mlflow(store, run_id, stage, ui_base(profile))
     track_run(store, run_id, stage, prefect_ids().get("prefect.flow_run_id", ""))

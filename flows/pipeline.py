@@ -15,6 +15,7 @@ from prefect import flow
 
 from artifacts.refs import StageOutputs
 from artifacts.store import TrackingStore
+from flows.cluster import check_cluster
 from flows.console import banner, say
 from flows.context import ProfileRef, close_pipeline, finished_stage, load_stage_outputs, open_store, start_or_resume_pipeline
 from flows.stages import STAGE_FLOWS
@@ -25,7 +26,10 @@ def pipeline_flow(profile: str = "tiny", overrides: Sequence[str] = ()) -> dict[
     ref = ProfileRef(profile, tuple(overrides))
     loaded = ref.load()
     store = open_store(loaded)
+    cluster = check_cluster(loaded)  # a deployment's run checks it here, before it opens any run
     parent, resumed = start_or_resume_pipeline(store, loaded, ref)
+    store.log_params(parent, cluster.params())  # kept from the first start when resumed (params are immutable)
+    store.set_tags(parent, cluster.tags())
     banner(f"pipeline run {parent} ({'resumed' if resumed else 'new'}), profile {loaded.name}")
     run = _StageRunner(store, parent, ref, resumed)
     try:

@@ -36,3 +36,7 @@ class AgentsConfig:
     summary_max_new_tokens: int = 512
     # Candidate skills summarized per problem per epoch, from its best successful episodes (0 = all).
     summaries_per_problem: int = 1
+    # Evaluate each generation batch's kernels while the next batch generates (davinci.agents.runner):
+    # on; off; auto = on when kernelgym runs on a Dask cluster (gym.cluster != local), whose GPUs are not
+    # the generator's (lanes on the generating GPU would time kernels beside generation).
+    overlap_eval: Literal["auto", "on", "off"] = "auto"

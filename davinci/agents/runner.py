@@ -14,7 +14,10 @@ For each problem and each of its `group_size` samples (the group of the advantag
    (problem, kernel) as the skill's example; rejections keep their reason.
 
 Every stage generates for all live episodes in one backend call (the backend batches), so a group costs
-one call per stage, not one per episode. Sampling is seeded per (profile seed, epoch, stage); greedy for
+one call per stage, not one per episode. Overlap (`agents.overlap_eval`): when the backend streams its
+batches (`generate_batches`, the hf backend), a policy turn hands each finished batch's kernels to
+`evaluate_fn` on a background thread while the next batch generates; the batches, seeds, outputs and
+verdicts are those of the serial path, only the wall time shrinks. Sampling is seeded per (profile seed, epoch, stage); greedy for
 eval. Metrics (parse failures per agent, tokens, generation/evaluation seconds) go to `logger` with
 `step=epoch`, and `episode_metrics` computes the episode part for anyone holding episodes.
 
@@ -26,11 +29,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from davinci.agents.episode import Episode, Generation, Turn
-from davinci.agents.parsers import extract_code
+from davinci.agents.parsers import CodeParse, extract_code
 from davinci.agents.render import Attempt, policy_messages, selection_messages, summary_messages, template
 from davinci.errors import DavinciError
 from davinci.kernelgym.result import EvalResult
@@ -86,6 +90,7 @@ class _Run:
     greedy: bool
     gen_seconds: float = 0.0
     eval_seconds: float = 0.0
+    overlap: bool = False  # evaluate a finished generation batch while the next one generates
 
     def sampling(self, max_new_tokens: int, stage: int) -> Sampling:
         cfg = self.profile.agents
@@ -160,8 +165,63 @@ def stops(turn: Turn, cfg: Any) -> bool:
     return cfg.stop_when == "correct" or (turn.speedup or 0.0) >= cfg.stop_speedup
 
 
+def overlap_enabled(profile: Any, backend: Any) -> bool:
+    """`agents.overlap_eval`: on, off, or auto (on when kernelgym runs on a Dask cluster); needs a streaming backend."""
+    mode = profile.agents.overlap_eval
+    gym = getattr(profile, "gym", None)
+    wanted = mode == "on" or (mode == "auto" and gym is not None and gym.cluster != "local")
+    return wanted and callable(getattr(backend, "generate_batches", None))
+
+
+def _candidate(d: _Draft, parse: CodeParse, index: int, run: _Run) -> Candidate | None:
+    if not (parse.ok and parse.code is not None):
+        return None
+    return Candidate(d.problem.id, parse.code, parse.backend or run.profile.agents.backend, Provenance(d.episode_id, run.epoch, index, "policy"))
+
+
+def _serial(live: list[_Draft], prompts: list, sampling: Sampling, index: int, evaluate_fn: EvaluateFn, run: _Run) -> tuple[list, list, list, list]:
+    """Generate every prompt, then evaluate every candidate in one call."""
+    outs = run.generate(prompts, sampling)
+    parses = [extract_code(o.text) for o in outs]
+    cands = [_candidate(d, p, index, run) for d, p in zip(live, parses)]
+    found = iter(run.evaluate(evaluate_fn, [(d.problem, c) for d, c in zip(live, cands) if c is not None]))
+    results = [next(found) if c is not None else None for c in cands]
+    return outs, parses, cands, results
+
+
+def _overlapped(live: list[_Draft], prompts: list, sampling: Sampling, index: int, evaluate_fn: EvaluateFn, run: _Run) -> tuple[list, list, list, list]:
+    """Generate batch by batch; each batch's candidates go to one evaluator thread as soon as it finishes."""
+    n = len(live)
+    outs: list[Any] = [None] * n
+    parses: list[Any] = [None] * n
+    cands: list[Candidate | None] = [None] * n
+    results: list[EvalResult | None] = [None] * n
+    pending: list[tuple[list[int], Future]] = []
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="overlap-eval")
+    try:
+        batches = iter(run.backend.generate_batches(prompts, sampling) if prompts else [])
+        while True:
+            start = time.perf_counter()
+            batch = next(batches, None)
+            run.gen_seconds += time.perf_counter() - start
+            if batch is None:
+                break
+            for i, out in batch:
+                outs[i], parses[i] = out, extract_code(out.text)
+                cands[i] = _candidate(live[i], parses[i], index, run)
+            todo = [i for i, _ in batch if cands[i] is not None]
+            if todo:
+                pending.append((todo, pool.submit(run.evaluate, evaluate_fn, [(live[i].problem, cands[i]) for i in todo])))
+        for todo, fut in pending:
+            for i, r in zip(todo, fut.result()):
+                results[i] = r
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # an error or Ctrl-C leaves no queued evaluation behind
+    return outs, parses, cands, results
+
+
 def policy_turn(drafts: list[_Draft], index: int, evaluate_fn: EvaluateFn, run: _Run) -> None:
-    """Turn `index` for every live episode: generate, extract code, evaluate in one batch, record."""
+    """Turn `index` for every live episode: generate, extract code, evaluate (overlapped or in one batch), record."""
     cfg = run.profile.agents
     live = [d for d in drafts if not d.done]
     prompts = [
@@ -170,17 +230,9 @@ def policy_turn(drafts: list[_Draft], index: int, evaluate_fn: EvaluateFn, run: 
         )
         for d in live
     ]
-    outs = run.generate(prompts, run.sampling(cfg.max_new_tokens, index + 1))
-    parses = [extract_code(o.text) for o in outs]
-    cands: list[Candidate | None] = [
-        Candidate(d.problem.id, p.code, p.backend or cfg.backend, Provenance(d.episode_id, run.epoch, index, "policy"))
-        if p.ok and p.code is not None
-        else None
-        for d, p in zip(live, parses)
-    ]
-    results = iter(run.evaluate(evaluate_fn, [(d.problem, c) for d, c in zip(live, cands) if c is not None]))
-    for d, prompt, out, parse, cand in zip(live, prompts, outs, parses, cands):
-        result = next(results) if cand is not None else None
+    step = _overlapped if run.overlap else _serial
+    outs, parses, cands, results = step(live, prompts, run.sampling(cfg.max_new_tokens, index + 1), index, evaluate_fn, run)
+    for d, prompt, out, parse, cand, result in zip(live, prompts, outs, parses, cands, results):
         turn = Turn(index, Generation("policy", tuple(prompt), out, parse.ok), cand, result)
         d.turns.append(turn)
         feedback = result.feedback if result is not None else template("policy_noparse").template
@@ -236,7 +288,7 @@ def run_episodes(
 ) -> list[Episode]:
     """Episodes for every problem x group sample, in (problem, sample) order."""
     drafts = [_Draft(p, episode_id(p.id, epoch, g), g) for p in problems for g in range(group_size)]
-    run = _Run(backend, profile, epoch, greedy)
+    run = _Run(backend, profile, epoch, greedy, overlap=overlap_enabled(profile, backend))
     skills = library_skills(library)
     if retriever is None and skills:
         retriever = BM25Retriever(skills)

@@ -78,6 +78,7 @@ class EpochTiming:
     generation_s: float = 0.0  # inside backend.generate
     evaluation_s: float = 0.0  # inside the evaluate function (kernelgym)
     rollout_other_s: float = 0.0  # the rest of run_episodes (retrieval, parsing, prompts)
+    overlap_s: float = 0.0  # evaluation running while generation ran (agents.overlap_eval); in both above
     scoring_s: float = 0.0  # behaviour / reference log-prob passes
     update_s: float = 0.0  # optimizer steps (this run of the update phase)
     total_s: float = 0.0
@@ -229,10 +230,12 @@ def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, 
     metrics["summary_reward_mean"] = sum(summary_r) / len(summary_r) if summary_r else 0.0
     metrics["rollout_kl"], metrics["rollout_kl_tokens"] = scored.rollout_kl, float(scored.rollout_kl_tokens)
     metrics["summaries_credited"] = float(len(summary_r))
+    overlap = ro.overlap_seconds(backend.intervals, evaluate.intervals)
     timing = {
         "generation_s": backend.seconds,
         "evaluation_s": evaluate.seconds,
-        "rollout_other_s": max(rollout_s - backend.seconds - evaluate.seconds, 0.0),
+        "overlap_s": overlap,
+        "rollout_other_s": max(rollout_s - (backend.seconds + evaluate.seconds - overlap), 0.0),
         "scoring_s": scored.scoring_s,
         "generated_tokens": backend.tokens,
         "evaluations": evaluate.items,
@@ -324,7 +327,7 @@ def _finish(inputs: EpochInputs, out: Path, meta: dict[str, Any], progress: Prog
     train_tokens = int(sum(r.get("rl/tokens", 0.0) for r in steps))
     tm = meta["timing"]
     timing = EpochTiming(
-        generation_s=tm["generation_s"], evaluation_s=tm["evaluation_s"], rollout_other_s=tm["rollout_other_s"],
+        generation_s=tm["generation_s"], evaluation_s=tm["evaluation_s"], rollout_other_s=tm["rollout_other_s"], overlap_s=tm.get("overlap_s", 0.0),
         scoring_s=tm["scoring_s"], update_s=t_update, total_s=time.perf_counter() - t_start,
         generated_tokens=int(tm["generated_tokens"]), generation_tokens_per_s=tm["generated_tokens"] / max(tm["generation_s"], 1e-9),
         train_tokens=train_tokens, train_tokens_per_s=train_tokens / max(sum(r.get("rl/update_s", 0.0) for r in steps), 1e-9),

@@ -17,10 +17,11 @@ Files (JSONL = one JSON object per line):
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -45,7 +46,8 @@ ROLLOUTS, SAMPLES, PENDING, CANDIDATES, META = (
 
 
 class TimedBackend:
-    """Wraps a `GenerationBackend`: same `generate`, plus seconds spent and tokens generated."""
+    """Wraps a `GenerationBackend`: same `generate` (and `generate_batches` when the inner backend streams),
+    plus seconds spent, tokens generated and the (start, end) interval of every generation."""
 
     def __init__(self, inner: Any, count_tokens: Callable[[str], int]) -> None:
         self.inner = inner
@@ -53,34 +55,85 @@ class TimedBackend:
         self.seconds = 0.0
         self.tokens = 0
         self.calls = 0
+        self.intervals: list[tuple[float, float]] = []
+        if callable(getattr(inner, "generate_batches", None)):
+            self.generate_batches = self._generate_batches
+
+    def _record(self, t0: float, outs: Sequence[Any]) -> None:
+        t1 = time.perf_counter()
+        self.seconds += t1 - t0
+        self.intervals.append((t0, t1))
+        self.tokens += sum(len(o.response_ids) or self.count_tokens(o.text) for o in outs)
 
     def generate(self, prompts: Sequence[Any], sampling: Any) -> list[Any]:
         t0 = time.perf_counter()
         outs = self.inner.generate(prompts, sampling)
-        self.seconds += time.perf_counter() - t0
+        self._record(t0, outs)
         self.calls += 1
-        self.tokens += sum(len(o.response_ids) or self.count_tokens(o.text) for o in outs)
         return outs
+
+    def _generate_batches(self, prompts: Sequence[Any], sampling: Any) -> Iterator[list[tuple[int, Any]]]:
+        """The inner backend's batches, each timed from the request for it to its arrival."""
+        self.calls += 1
+        batches = iter(self.inner.generate_batches(prompts, sampling))
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                return
+            self._record(t0, [out for _, out in batch])
+            yield batch
 
     def __getattr__(self, name: str) -> Any:  # anything else the runner asks of the backend
         return getattr(self.inner, name)
 
 
 class TimedCall:
-    """Wraps the evaluate function the episode runner calls: same call, plus seconds and items."""
+    """Wraps the evaluate function the episode runner calls: same call, plus seconds, items and intervals.
+
+    Thread-safe: the runner may call it from its overlap thread while generation runs."""
 
     def __init__(self, fn: Callable[..., list[Any]]) -> None:
         self.fn = fn
         self.seconds = 0.0
         self.items = 0
+        self.intervals: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
 
     def __call__(self, items: Sequence[Any], *args: Any, **kwargs: Any) -> list[Any]:
         t0 = time.perf_counter()
         try:
             return self.fn(items, *args, **kwargs)
         finally:
-            self.seconds += time.perf_counter() - t0
-            self.items += len(items)
+            t1 = time.perf_counter()
+            with self._lock:
+                self.seconds += t1 - t0
+                self.items += len(items)
+                self.intervals.append((t0, t1))
+
+
+def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Seconds during which some interval of `a` and some interval of `b` both ran (each set may overlap itself).
+
+    >>> overlap_seconds([(0.0, 2.0), (3.0, 5.0)], [(1.0, 4.0)])
+    2.0
+    >>> overlap_seconds([(0.0, 1.0)], [(1.0, 2.0)])
+    0.0
+    """
+    def merged(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+        out: list[tuple[float, float]] = []
+        for lo, hi in sorted(intervals):
+            if out and lo <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], hi))
+            else:
+                out.append((lo, hi))
+        return out
+
+    total = 0.0
+    for lo_a, hi_a in merged(a):
+        for lo_b, hi_b in merged(b):
+            total += max(0.0, min(hi_a, hi_b) - max(lo_a, lo_b))
+    return total
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -190,37 +190,61 @@ def _token_stats(lp: Tensor, old: Tensor, ent: Tensor, batch: MicroBatch, cfg: R
     return out
 
 
+def step_scales(samples: Sequence[TrainSample], cfg: RLConfig) -> list[float]:
+    """[B_step] per-sample loss scale over the whole optimizer step (`losses.normalization_scale`)."""
+    return normalization_scale([s.agent for s in samples], [s.response_len for s in samples], cfg.agent_weights, cfg.normalization)
+
+
+def step_micro_batches(samples: Sequence[TrainSample], cfg: RLConfig) -> list[list[tuple[TrainSample, float]]]:
+    """The step's micro-batches of (sample, scale) pairs; the same cut on every rank of a distributed step."""
+    return micro_batches(list(zip(samples, step_scales(samples, cfg))), [len(s.input_ids) for s in samples], cfg)
+
+
+def micro_step(logprob_fn: Callable[[MicroBatch], tuple[Tensor, Tensor]], batch: MicroBatch, cfg: RLConfig,
+               device: torch.device) -> tuple[float, Counter[str]]:
+    """Forward, loss and backward of one micro-batch; returns (its loss, its additive statistics).
+
+    `logprob_fn(batch)` gives ([B, R] log-probs with grad, [B, R] entropies): the plain model's
+    `response_logprobs`, or the FSDP-sharded module's forward (`davinci.rl.distributed`).
+    """
+    lp, ent = logprob_fn(batch)  # [B, R]
+    old = torch.where(torch.isnan(batch.old_logprobs), lp.detach(), batch.old_logprobs)  # no behaviour lp -> on-policy
+    weights = tis_weights(old, batch.rollout_logprobs, cfg.tis_cap)
+    inputs = LossInputs(lp, old, batch.advantages, batch.resp_mask, batch.token_scale, batch.ref_logprobs, weights)
+    out = LOSSES.get(cfg.loss)(inputs, cfg)
+    with attention_kernels(device):  # a checkpointed forward is recomputed here: same kernels as forward
+        out.loss.backward()
+    stats: Counter[str] = Counter(out.stats)
+    stats.update(_token_stats(lp, old, ent, batch, cfg))
+    return float(out.loss.detach()), stats
+
+
 def train_step(model: Any, optimizer: Any, samples: Sequence[TrainSample], cfg: RLConfig, *, pad_id: int,
                temperature: float = 1.0) -> dict[str, float]:
     """One optimizer step over `samples` with gradient accumulation; returns the step's metrics."""
     device = next(model.parameters()).device
-    loss_fn = LOSSES.get(cfg.loss)
-    scales = normalization_scale([s.agent for s in samples], [s.response_len for s in samples], cfg.agent_weights, cfg.normalization)
     model.train()
     optimizer.zero_grad(set_to_none=True)
+
+    def logprob_fn(batch: MicroBatch) -> tuple[Tensor, Tensor]:
+        return response_logprobs(model, batch, temperature=temperature, chunk_rows=cfg.logprob_chunk_rows, with_entropy=True)
+
     stats: Counter[str] = Counter()
     total = 0.0
-    for chunk in micro_batches(list(zip(samples, scales)), [len(s.input_ids) for s in samples], cfg):
+    for chunk in step_micro_batches(samples, cfg):
         batch = collate([s for s, _ in chunk], [c for _, c in chunk], pad_id, device)
-        lp, ent = response_logprobs(model, batch, temperature=temperature, chunk_rows=cfg.logprob_chunk_rows, with_entropy=True)  # [B, R]
-        old = torch.where(torch.isnan(batch.old_logprobs), lp.detach(), batch.old_logprobs)  # no behaviour lp -> on-policy
-        weights = tis_weights(old, batch.rollout_logprobs, cfg.tis_cap)
-        inputs = LossInputs(lp, old, batch.advantages, batch.resp_mask, batch.token_scale, batch.ref_logprobs, weights)
-        out = loss_fn(inputs, cfg)
-        with attention_kernels(device):  # a checkpointed forward is recomputed here: same kernels as forward
-            out.loss.backward()
-        total += float(out.loss.detach())
-        stats.update(out.stats)
-        stats.update(_token_stats(lp, old, ent, batch, cfg))
+        loss, micro_stats = micro_step(logprob_fn, batch, cfg, device)
+        total += loss
+        stats.update(micro_stats)
     params = [p for p in model.parameters() if p.requires_grad]
     max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return _step_metrics(samples, total, stats, grad_norm)
+    return step_metrics(samples, total, stats, grad_norm)
 
 
-def _step_metrics(samples: Sequence[TrainSample], loss: float, stats: Counter[str], grad_norm: float) -> dict[str, float]:
+def step_metrics(samples: Sequence[TrainSample], loss: float, stats: Counter[str], grad_norm: float) -> dict[str, float]:
     tokens = max(stats["tokens"], 1.0)
     m = {
         "loss": loss,
@@ -287,4 +311,5 @@ def run_updates(
 
 
 __all__ = ["MicroBatch", "collate", "response_logprobs", "score_samples", "make_optimizer", "plan_updates", "train_step", "run_updates",
-           "micro_batches", "token_budget_batches", "tis_weights"]
+           "micro_batches", "token_budget_batches", "tis_weights", "micro_step", "step_metrics", "step_micro_batches",
+           "step_scales"]

@@ -120,7 +120,8 @@ def _report_epoch(env: StageEnv, run_id: str, epoch: int, out: dict[str, Any]) -
     m, timing = out["metrics"], out["timing"]
     env.say(f"epoch {epoch}: reward {m.get('reward_turn_mean', 0):.3f}, correct {m.get('correct_rate', 0):.2f}, "
             f"solved {m.get('episode_solved_rate', 0):.2f}, {timing['steps']} steps, "
-            f"gen {timing['generation_s']:.0f}s eval {timing['evaluation_s']:.0f}s update {timing['update_s']:.0f}s")
+            f"gen {timing['generation_s']:.0f}s eval {timing['evaluation_s']:.0f}s update {timing['update_s']:.0f}s "
+            f"overlap {timing.get('overlap_s', 0.0):.0f}s")
     rollouts = Path(out["rollouts_path"])
     env.store.log_table(run_id, _rollout_table(rollouts), f"rollouts/epoch_{epoch:03d}.json")
     stats = trace_episodes(env, run_id, rollouts)

@@ -28,6 +28,22 @@ def test_batched_greedy_equals_unbatched(tiny_backbone_session):
     assert len({len(o.prompt_ids) for o in batched}) > 1  # the batch really needed padding
 
 
+def test_streamed_batches_equal_generate(tiny_backbone_session):
+    # generate_batches (the runner's overlap path) yields generate's batches as they finish: longest prompts
+    # first, batch b seeded with seed + b, so seeded sampling gives the same outputs
+    sampling = Sampling(max_new_tokens=12, temperature=1.0, seed=5)
+    backend = HFBackend(tiny_backbone_session, batch_size=3)
+    whole = backend.generate(_prompts(), sampling)
+    batches = list(backend.generate_batches(_prompts(), sampling))
+    assert [len(b) for b in batches] == [3, 1]
+    lengths = [len(whole[i].prompt_ids) for i, _ in batches[0]]
+    assert min(lengths) >= len(whole[batches[1][0][0]].prompt_ids)  # the longest prompts went first
+    streamed = {i: out for batch in batches for i, out in batch}
+    assert sorted(streamed) == [0, 1, 2, 3]
+    for i, out in streamed.items():
+        assert out.response_ids == whole[i].response_ids and out.text == whole[i].text
+
+
 def test_logprobs_are_the_tempered_distribution_before_top_p(tiny_backbone_session):
     # log pi_T (what the trainer scores at agents.temperature), not the raw T=1 logits nor the top-p renormalised
     # distribution

@@ -23,7 +23,7 @@ Shapes: B prompts in a batch, P padded prompt length, N generated steps, V vocab
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 
@@ -120,16 +120,25 @@ class HFBackend:
                                int(bb.model.config.vocab_size))
 
     def generate(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> list[GenOutput]:
+        results: list[GenOutput | None] = [None] * len(prompts)
+        for batch in self.generate_batches(prompts, sampling):
+            for i, out in batch:
+                results[i] = out
+        return [r for r in results if r is not None]
+
+    def generate_batches(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> Iterator[list[tuple[int, GenOutput]]]:
+        """`generate`, one batch at a time as each finishes: [(index into `prompts`, output)] per batch.
+
+        The same batches, seeds and outputs as `generate` (which collects them), so a caller can start
+        on a finished batch (the runner evaluates its kernels) while the next one generates.
+        """
         encoded = [self.backbone.encode_chat(p, add_generation_prompt=True) for p in prompts]
         order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
         size = self._batch_size(encoded, sampling)
-        results: list[GenOutput | None] = [None] * len(encoded)
         for b, start in enumerate(range(0, len(order), size)):
             idx = order[start : start + size]
             seed = None if sampling.seed is None else sampling.seed + b
-            for i, out in zip(idx, self.generate_ids([encoded[i] for i in idx], sampling, seed)):
-                results[i] = out
-        return [r for r in results if r is not None]
+            yield list(zip(idx, self.generate_ids([encoded[i] for i in idx], sampling, seed)))
 
     @torch.no_grad()
     def generate_ids(self, rows: Sequence[Sequence[int]], sampling: Sampling, seed: int | None) -> list[GenOutput]:
