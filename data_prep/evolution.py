@@ -72,6 +72,7 @@ def evolution_source(paths: Sequence[str], eval_problems: Sequence[Problem], dec
     from davinci.evolve.revisions import read_revisions, revision_example, start_state
 
     revisions = [r for path in paths for r in read_revisions(path)]
+    loaded = len(revisions)
     problems = list({r.problem.id: r.problem for r in revisions}.values())
     clean, drops = decontaminate(problems, eval_problems, decontam_threshold)
     clean_ids = {p.id for p in clean}
@@ -79,4 +80,4 @@ def evolution_source(paths: Sequence[str], eval_problems: Sequence[Problem], dec
     revisions = [r for r in revisions if r.problem.id in clean_ids and r.problem.id not in eval_ids]
     kept, dup_drops = dedup_revisions(revisions, dedup_threshold)
     return EvolutionData([revision_example(r) for r in kept], [start_state(r) for r in kept], [*drops, *dup_drops],
-                         len(revisions))
+                         loaded)

@@ -171,12 +171,20 @@ def _check_evolve_inputs(profile: Any, args: argparse.Namespace) -> None:
     from davinci.errors import ConfigError
     from davinci.evolve.mutators import make_mutator
 
+    from pathlib import Path
+
+    from davinci.errors import InputNotFound
+
     problems = [resolve_problem(p) for p in args.problems]
     for k in args.kernels:
         read_kernel(k)
+    if args.replay and not Path(args.replay).is_file():  # (the run's key reads it whatever the mutator)
+        raise InputNotFound(f"replay file {args.replay} does not exist", "pass --replay with an existing JSONL file of recorded edits, or leave it out")
     if profile.evolve.mutator == "policy":
         if not args.checkpoint:
             raise ConfigError("the policy mutator needs a model", "pass --checkpoint DIR (a trained checkpoint) or use --mutator rules")
+        if not Path(args.checkpoint).is_dir():
+            raise InputNotFound(f"checkpoint folder {args.checkpoint} does not exist", "pass --checkpoint with a folder a run saved (e.g. an sft or rl stage's model)")
         return
     mutator = make_mutator(profile.evolve, replay_path=args.replay)
     if not args.kernels:

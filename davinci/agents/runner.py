@@ -27,9 +27,11 @@ eval. Metrics (parse failures per agent, tokens, generation/evaluation seconds) 
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -189,18 +191,52 @@ def _serial(live: list[_Draft], prompts: list, sampling: Sampling, index: int, e
     return outs, parses, cands, results
 
 
+class _EvalThread:
+    """One daemon thread that evaluates submitted batches in order. A daemon, so neither an error in
+    generation nor Ctrl-C ever waits for an evaluation in flight (a Dask batch can take minutes); each
+    batch's outcome, result or exception, lands in its Future."""
+
+    def __init__(self, run: _Run, evaluate_fn: EvaluateFn) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._run, self._fn = run, evaluate_fn
+        threading.Thread(target=self._loop, name="overlap-eval", daemon=True).start()
+
+    def submit(self, items: list) -> Future:
+        fut: Future = Future()
+        self._jobs.put((fut, items))
+        return fut
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fut, items = job
+            if not fut.set_running_or_notify_cancel():  # cancelled while queued
+                continue
+            try:
+                fut.set_result(self._run.evaluate(self._fn, items))
+            except BaseException as exc:  # handed to the turn through the Future
+                fut.set_exception(exc)
+
+
+def _failed(pending: list[tuple[list[int], Future]]) -> BaseException | None:
+    return next((f.exception() for _, f in pending if f.done() and not f.cancelled() and f.exception()), None)
+
+
 def _overlapped(live: list[_Draft], prompts: list, sampling: Sampling, index: int, evaluate_fn: EvaluateFn, run: _Run) -> tuple[list, list, list, list]:
-    """Generate batch by batch; each batch's candidates go to one evaluator thread as soon as it finishes."""
+    """Generate batch by batch; each batch's candidates go to the evaluator thread as soon as it finishes. A
+    failed evaluation stops the turn at the next batch boundary, with its own error."""
     n = len(live)
     outs: list[Any] = [None] * n
     parses: list[Any] = [None] * n
     cands: list[Candidate | None] = [None] * n
     results: list[EvalResult | None] = [None] * n
     pending: list[tuple[list[int], Future]] = []
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="overlap-eval")
+    worker = _EvalThread(run, evaluate_fn)
     try:
         batches = iter(run.backend.generate_batches(prompts, sampling) if prompts else [])
-        while True:
+        while (error := _failed(pending)) is None:
             start = time.perf_counter()
             batch = next(batches, None)
             run.gen_seconds += time.perf_counter() - start
@@ -211,12 +247,16 @@ def _overlapped(live: list[_Draft], prompts: list, sampling: Sampling, index: in
                 cands[i] = _candidate(live[i], parses[i], index, run)
             todo = [i for i, _ in batch if cands[i] is not None]
             if todo:
-                pending.append((todo, pool.submit(run.evaluate, evaluate_fn, [(live[i].problem, cands[i]) for i in todo])))
+                pending.append((todo, worker.submit([(live[i].problem, cands[i]) for i in todo])))
+        if error is not None:
+            raise error
         for todo, fut in pending:
             for i, r in zip(todo, fut.result()):
                 results[i] = r
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # an error or Ctrl-C leaves no queued evaluation behind
+        for _, fut in pending:
+            fut.cancel()  # queued batches never start after an error or Ctrl-C (a running one cannot be stopped)
+        worker.close()
     return outs, parses, cands, results
 
 

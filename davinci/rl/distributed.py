@@ -40,6 +40,7 @@ Run (one node, 8 GPUs; several nodes: add --nnodes/--node-rank/--rdzv-endpoint; 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -54,7 +55,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from davinci.errors import ConfigError, DavinciError, InputNotFound
+from davinci.errors import ConfigError, DavinciError, InputNotFound, MalformedInput
 from davinci.rl.config import RLConfig
 from davinci.rl.logprobs import DEFAULT_CHUNK_ROWS, response_logprobs
 from davinci.rl.samples import TrainSample
@@ -306,10 +307,35 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+# beside the shards: which epoch's plan they are part way through, and how many of its steps they hold
+PROGRESS = "davinci_progress.json"
+
+
+def _steps_done(folder: Path, epoch: int) -> int:
+    path = folder / PROGRESS
+    if not path.is_file():
+        return 0
+    progress = json.loads(path.read_text())
+    return int(progress["steps_done"]) if int(progress["epoch"]) == epoch else 0
+
+
+def _read_samples(path: Path) -> list[TrainSample]:
+    from davinci.jsonl import read_jsonl
+
+    out = []
+    for n, row in enumerate(read_jsonl(path), 1):
+        try:
+            out.append(TrainSample.from_dict(row))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedInput(f"{path}:{n} is not a training sample ({type(exc).__name__}: {exc})",
+                                 "pass the samples.jsonl an RL epoch wrote (epoch_NNN/samples.jsonl)") from exc
+    return out
+
+
 def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]:
     """Load, shard, step through the plan, save. Rank 0 writes OUT/metrics.jsonl and OUT/checkpoint."""
     from davinci.config import load_profile
-    from davinci.jsonl import read_jsonl, write_jsonl
+    from davinci.jsonl import write_jsonl
     from davinci.llm.backbone import Backbone
     from davinci.rl.trainer import make_optimizer, plan_updates
 
@@ -318,16 +344,22 @@ def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]
     samples_path = Path(args.samples)
     if not samples_path.is_file():
         raise InputNotFound(f"no samples file at {samples_path}", "pass an RL epoch's samples.jsonl (epoch_NNN/samples.jsonl)")
-    samples = [TrainSample.from_dict(r) for r in read_jsonl(samples_path)]
+    samples = _read_samples(samples_path)
     torch.manual_seed(profile.seed)  # a fresh LoRA adapter is drawn alike on every rank (each shards its own copy)
     bb = Backbone.load(args.checkpoint, profile.model, device=env.device)
     root = shard_model(bb.model, env, chunk_rows=cfg.logprob_chunk_rows)
     optimizer = make_optimizer(root, cfg)
+    done = 0
     if args.resume_sharded:
+        if not Path(args.resume_sharded).is_dir():
+            raise InputNotFound(f"no sharded checkpoint at {args.resume_sharded}",
+                                "pass the OUT/sharded folder an earlier run wrote with --save-sharded")
         load_sharded(args.resume_sharded, root, optimizer)
+        done = _steps_done(Path(args.resume_sharded), args.epoch)  # the same epoch's plan goes on where it stopped
     plan = plan_updates(len(samples), cfg, seed=profile.seed, epoch=args.epoch)
+    todo = plan[done:] if args.steps < 0 else plan[done: done + args.steps]
     history = []
-    for step in plan if args.steps < 0 else plan[: args.steps]:
+    for step in todo:
         t0 = time.perf_counter()
         metrics = distributed_train_step(root, optimizer, [samples[i] for i in step], cfg, env, pad_id=bb.pad_token_id)
         metrics.update(update_s=time.perf_counter() - t0, world_size=float(env.world_size))
@@ -339,7 +371,11 @@ def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]
     if args.save_sharded:
         if env.is_main and (out / "sharded").exists():
             shutil.rmtree(out / "sharded")
+        if env.world_size > 1:
+            torch.distributed.barrier()  # no rank writes its shard before the old folder is gone
         save_sharded(out / "sharded", root, optimizer)
+        if env.is_main:
+            (out / "sharded" / PROGRESS).write_text(json.dumps({"epoch": args.epoch, "steps_done": done + len(todo)}))
     save_backbone(root, env, args.checkpoint, profile.model, out / "checkpoint")
     return history
 

@@ -150,7 +150,7 @@ def derive_lineage(expert: Expert, simplifications: Sequence[Simplification], ev
     if not top.correct:
         raise DavinciError(f"the expert kernel ({expert.origin}) is not correct on {expert.problem.id}: {top.error}",
                            "start from a kernel that `davinci-kernel eval` finds correct")
-    steps = []
+    steps: list[Step] = []
     for simp in simplifications:
         simpler = simp.apply(expert.code)
         if simpler is None or simpler == expert.code:
@@ -159,8 +159,8 @@ def derive_lineage(expert: Expert, simplifications: Sequence[Simplification], ev
         t = _evaluate(expert, simpler, evaluate, gym, seed)
         steps.append(Step(simp.name, simp.description, expert.code, simpler, t.correct,
                           "kept: still correct" if t.correct else f"dropped: {t.error}", top, t))
-    by_name = {s.name: s for s in simplifications}
-    cands = tuple(lineage_skill(expert, s, by_name[s.name]) for s in steps if s.kept)
+    # each step with its own simplification (two replayed ones may share a name)
+    cands = tuple(lineage_skill(expert, step, simp) for step, simp in zip(steps, simplifications) if step.kept)
     return LineageResult(expert, top, tuple(steps), cands)
 
 

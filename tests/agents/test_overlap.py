@@ -108,3 +108,43 @@ def test_overlap_seconds_by_hand():
     # overlapping evaluations count once
     assert overlap_seconds([(0.0, 4.0)], [(1.0, 3.0), (2.0, 3.5)]) == 2.5
     assert overlap_seconds([], [(0.0, 1.0)]) == 0.0
+
+
+def test_a_failed_evaluation_stops_the_turn_with_its_own_error(problems, profile, interpret_evaluate):
+    import pytest
+
+    prof = replace(profile, agents=replace(profile.agents, turns=1, overlap_eval="on"))
+    backend = _backend(problems)
+
+    def broken(items):
+        raise RuntimeError("the evaluator's cluster went away")
+
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="cluster went away"):
+        run_episodes(problems, None, backend, prof, epoch=0, group_size=3, greedy=False, evaluate_fn=broken)
+    # stopped at the batch boundary after the failure, not after generating every batch (3 x DELAY_S)
+    assert len(backend.batch_ends) == 2 and time.perf_counter() - t0 < 3 * DELAY_S
+
+
+def test_an_error_in_generation_does_not_wait_for_the_evaluation_in_flight(problems, profile, interpret_evaluate):
+    import pytest
+
+    prof = replace(profile, agents=replace(profile.agents, turns=1, overlap_eval="on"))
+    backend = _backend(problems)
+    real = backend.generate_batches
+
+    def failing(prompts, sampling):
+        it = real(prompts, sampling)
+        yield next(it)
+        raise MemoryError("CUDA out of memory while generating batch 2")
+
+    backend.generate_batches = failing
+
+    def slow(items):
+        time.sleep(3.0)
+        return interpret_evaluate(items)
+
+    t0 = time.perf_counter()
+    with pytest.raises(MemoryError, match="batch 2"):
+        run_episodes(problems, None, backend, prof, epoch=0, group_size=3, greedy=False, evaluate_fn=slow)
+    assert time.perf_counter() - t0 < DELAY_S + 1.5  # the 3 s evaluation of batch 1 was not waited for

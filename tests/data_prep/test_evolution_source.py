@@ -51,7 +51,7 @@ def test_data_stage_takes_evolution_revisions(tmp_path: Path, sft_doubles) -> No
     report = json.loads(out.report_path.read_text())
     reasons = {(d["problem_id"], d["stage"]) for d in report["drops"]}
     assert ("builtin/gelu_tanh", "decontamination") in reasons and ("builtin/relu", "diversity") in reasons
-    assert report["evolution"] == {"revisions_loaded": 2, "examples": 1, "dropped": 2}
+    assert report["evolution"] == {"revisions_loaded": 3, "examples": 1, "dropped": 2}
 
 
 def test_evolution_source_needs_files(tmp_path: Path, sft_doubles) -> None:

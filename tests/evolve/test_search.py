@@ -7,6 +7,8 @@ program with `# broken` is incorrect. The replay edits raise the speed step by s
 
 from __future__ import annotations
 
+import time
+
 import json
 from dataclasses import replace
 from types import SimpleNamespace
@@ -106,6 +108,21 @@ def test_budgets_stop_the_run(tmp_path) -> None:
     assert result.stopped_by == "evaluations" and len(ev.seen) == 3
     result = _run(tmp_path, "wall", Scripted(), cfg=replace(CFG, wall_time_s=1e-9))
     assert result.stopped_by == "wall_time" and result.generations_done == 1
+
+
+class Slow(Scripted):
+    """Each batch takes 0.2 s of wall time."""
+
+    def __call__(self, items):
+        time.sleep(0.2)
+        return super().__call__(items)
+
+
+def test_the_wall_budget_counts_each_generation_once(tmp_path) -> None:
+    # generations of ~0.2 s against a 0.5 s budget: the stop comes once the sum passes 0.5 s (after the third
+    # generation), not at half of it, which is where counting this call's generations twice stopped it
+    result = _run(tmp_path, "wall2", Slow(), cfg=replace(CFG, generations=10, wall_time_s=0.5))
+    assert result.stopped_by == "wall_time" and result.generations_done == 3
 
 
 def test_given_kernels_seed_the_population(tmp_path) -> None:

@@ -162,3 +162,23 @@ def test_entry_point_outside_torchrun_names_the_fix(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "not started by torchrun" in err and "torchrun --nproc-per-node" in err
+
+
+def test_resume_goes_on_with_the_same_epochs_plan(tmp_path):
+    import json
+
+    from davinci.rl.distributed import PROGRESS, _steps_done
+
+    assert _steps_done(tmp_path, 3) == 0  # shards without a progress file: from the start
+    (tmp_path / PROGRESS).write_text(json.dumps({"epoch": 3, "steps_done": 2}))
+    assert _steps_done(tmp_path, 3) == 2  # the same epoch: its first two steps are in the shards already
+    assert _steps_done(tmp_path, 4) == 0  # another epoch: its own plan from the start
+
+
+def test_a_malformed_samples_row_names_the_line(tmp_path):
+    from davinci.errors import MalformedInput
+    from davinci.rl.distributed import _read_samples
+
+    (tmp_path / "samples.jsonl").write_text('{"agent": "policy"}\n')
+    with pytest.raises(MalformedInput, match="samples.jsonl:1 is not a training sample"):
+        _read_samples(tmp_path / "samples.jsonl")
