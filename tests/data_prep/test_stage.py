@@ -134,7 +134,7 @@ def test_synthetic_heldout_split_is_by_operator_signature(tmp_path: Path, sft_do
 
 
 def test_synthetic_heldout_without_synthetic_training(tmp_path: Path, sft_doubles):
-    """The pipeline tests' shrink (`data.sources=[builtin]`): built-in problems train, op chains are the eval set."""
+    """`data.sources=[builtin]` with the tiny eval split: built-in problems train, op chains are the eval set."""
     out = run_data_stage(_heldout_cfg(sources=("builtin",), synthetic_count=0, synthetic_heldout=2), tmp_path / "b", seed=0,
                          **sft_doubles.kwargs())
     assert out.counts["eval"] == 2 and out.counts["train"] == 23
