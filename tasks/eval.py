@@ -102,6 +102,8 @@ def compare_checkpoints(sft: StageOutputs, rl: StageOutputs, *, seed: int) -> St
     (out / "comparison.md").write_text(format_comparison(comparison))
     paired_bars_plot(out / "sft_vs_rl.png", [(s.metric, s.before, s.after, s.ci95_low, s.ci95_high) for s in comparison.scores],
                      (comparison.before_label, comparison.after_label), f"held-out, n={len(comparison.problems)} (paired)")
-    files = {**rl.files, "comparison": "comparison.json", "comparison_md": "comparison.md", "comparison_plot": "sft_vs_rl.png",
-             **({"sft_results": str(Path(sft.path("results")).relative_to(out))} if sft.dir != rl.dir else {})}
+    files = {**rl.files, "comparison": "comparison.json", "comparison_md": "comparison.md", "comparison_plot": "sft_vs_rl.png"}
+    sft_results = sft.path("results")
+    if sft.dir != rl.dir and sft_results.is_relative_to(out):  # the SFT eval's folder inside this one (`sft/`)
+        files["sft_results"] = str(sft_results.relative_to(out))
     return StageOutputs("eval", rl.dir, files, {**rl.summary, "heldout": comparison.metrics()}).write()
