@@ -11,8 +11,13 @@ What it does (`run_data_stage(cfg, out_dir, seed)`), writing under `out_dir`:
 Choices:
 - Eval split (`cfg.eval_source`): `builtin_heldout` = the held-out built-in problems (`cfg.eval_ids`, else the
   suite's default list), training on the rest of the sources; `kernelbench` = the configured KernelBench
-  levels, training on built-in + synthetic problems. Training on KernelBench while evaluating on it is
-  refused. Decontamination of train against eval always runs.
+  levels, training on built-in + synthetic problems; `synthetic_heldout` = `cfg.synthetic_heldout` op-chain
+  problems synthesized in the same draw as the training ones (`synthetic_count`, ops and lengths from
+  `cfg.synthetic_ops` / `cfg.synthetic_lengths`) and held out by operator signature: synthesis never keeps
+  two chains with one signature, and the held-out ones are those whose signature hashes lowest
+  (`split_by_signature`), so the split does not depend on the draw order. Training on KernelBench while
+  evaluating on it is refused. Decontamination of train against eval always runs (at threshold 1.0 it drops
+  exact copies and same-signature problems only, which is what a signature split of one template needs).
 - Evolution revisions (`data.sources` with `evolution`, files in `data.evolution_revisions`) add policy SFT
   examples and RL start states, decontaminated against the eval problems and diversity-filtered by their
   edits (`data_prep.evolution`).
@@ -31,6 +36,7 @@ import hashlib
 import io
 import json
 import os
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +49,8 @@ from data_prep.evolution import EvolutionData, evolution_source
 from data_prep.kernelbench import load_kernelbench, load_kernelbench_hf
 from data_prep.records import DropRecord
 from data_prep.sft import ExampleFn, Retriever, build_sft_examples, example_to_dict, load_trajectories
-from data_prep.synthesis import SynthesisResult, synthesize_with_report
+from data_prep.source_ast import operator_signature
+from data_prep.synthesis import ChainPool, SynthesisResult, synthesize_with_report
 from davinci.config.data import DataConfig
 from davinci.config.loader import to_dict
 from davinci.errors import ConfigError, DavinciError
@@ -95,6 +102,30 @@ def _check_config(cfg: DataConfig) -> None:
                           "set data.evolution_revisions=[path/to/revisions.jsonl] (printed by `davinci-kernel evolve`)")
     if cfg.eval_ids and cfg.eval_source != "builtin_heldout":
         raise ConfigError("data.eval_ids only applies to data.eval_source=builtin_heldout", "clear data.eval_ids")
+    if cfg.eval_source == "synthetic_heldout" and cfg.synthetic_heldout < 1:
+        raise ConfigError("data.eval_source=synthetic_heldout holds out no problems", "set data.synthetic_heldout >= 1")
+    try:
+        chain_pool(cfg)
+    except ValueError as exc:
+        raise ConfigError(f"data.synthetic_ops / data.synthetic_lengths: {exc}", "use op names of data_prep.synthesis_ops.OPS") from None
+
+
+def chain_pool(cfg: DataConfig) -> ChainPool:
+    """The op-chain family the config asks for (the generator's default mix where a field is empty)."""
+    return ChainPool(ops=tuple(cfg.synthetic_ops), lengths=tuple(cfg.synthetic_lengths) or ChainPool().lengths)
+
+
+def split_by_signature(problems: Sequence[Problem], k: int) -> tuple[list[Problem], list[Problem]]:
+    """(held out, rest): the `k` problems whose operator multiset (signature, sorted) has the lowest crc32.
+
+    Synthesized problems have distinct signatures, so this holds out whole signatures; sorting first keeps a
+    chain and its reverse together (decontamination counts them as one task: signature similarity 1.0). The
+    choice depends on the signatures only, never on the order they were drawn in; ties go by id."""
+    def key(p: Problem) -> tuple[int, str]:
+        return zlib.crc32(" ".join(sorted(operator_signature(p.code))).encode()), p.id
+
+    held = {p.id for p in sorted(problems, key=key)[:k]}
+    return [p for p in problems if p.id in held], [p for p in problems if p.id not in held]
 
 
 def split_eval(cfg: DataConfig, builtin: Sequence[Problem]) -> tuple[list[Problem], list[Problem]]:
@@ -111,23 +142,42 @@ def split_eval(cfg: DataConfig, builtin: Sequence[Problem]) -> tuple[list[Proble
     return [p for p in builtin if p.id in chosen], [p for p in builtin if p.id not in chosen]
 
 
-def _candidates(
-    cfg: DataConfig, seed: int, builtin_train: list[Problem], eval_problems: list[Problem], progress: bool
-) -> tuple[list[Problem], SynthesisResult | None]:
+def _synthesize(cfg: DataConfig, seed: int, avoid: Sequence[Problem], progress: bool) -> SynthesisResult | None:
+    """Training chains (when `synthetic` is a source) and held-out chains (synthetic_heldout), in one draw."""
+    n = (cfg.synthetic_count if "synthetic" in cfg.sources else 0) + _heldout_count(cfg)
+    if n == 0:
+        return None
+    return synthesize_with_report(avoid, n, seed, verify_solutions=cfg.synthetic_verify, progress=progress,
+                                  pool=chain_pool(cfg))
+
+
+def _heldout_count(cfg: DataConfig) -> int:
+    return cfg.synthetic_heldout if cfg.eval_source == "synthetic_heldout" else 0
+
+
+def _splits(
+    cfg: DataConfig, seed: int, builtin: list[Problem], progress: bool
+) -> tuple[list[Problem], list[Problem], list[Problem], SynthesisResult | None]:
+    """(eval problems, built-in problems left for training, synthetic training problems, synthesis result)."""
+    if cfg.eval_source == "synthetic_heldout":
+        synth = _synthesize(cfg, seed, builtin, progress)
+        held, rest = split_by_signature(synth.problems if synth else (), cfg.synthetic_heldout)
+        return held, builtin, rest, synth
+    eval_problems, builtin_train = split_eval(cfg, builtin)
+    synth = _synthesize(cfg, seed, [*builtin_train, *eval_problems], progress)
+    return eval_problems, builtin_train, list(synth.problems) if synth else [], synth
+
+
+def _candidates(cfg: DataConfig, builtin_train: list[Problem], synthetic_train: list[Problem]) -> list[Problem]:
     train: list[Problem] = []
-    synth: SynthesisResult | None = None
     for source in dict.fromkeys(cfg.sources):
         if source == "builtin":
             train.extend(builtin_train)
         elif source == "kernelbench":
             train.extend(_kernelbench(cfg))
-        elif source == "synthetic" and cfg.synthetic_count > 0:
-            avoid = [*builtin_train, *eval_problems]
-            synth = synthesize_with_report(
-                avoid, cfg.synthetic_count, seed, verify_solutions=cfg.synthetic_verify, progress=progress
-            )
-            train.extend(synth.problems)
-    return train, synth
+        elif source == "synthetic":
+            train.extend(synthetic_train)
+    return train
 
 
 def _sft(
@@ -165,9 +215,11 @@ def run_data_stage(
     """Run the whole data stage into `out_dir` (see module docstring). `select_k`/`bm25_top_k` should be the
     profile's `skills.select_k`/`skills.bm25_top_k` so SFT prompts show as many skills as RL prompts do."""
     _check_config(cfg)
-    builtin = builtin_problems()
-    eval_problems, builtin_train = split_eval(cfg, builtin)
-    candidates, synth = _candidates(cfg, seed, builtin_train, eval_problems, progress)
+    eval_problems, builtin_train, synthetic_train, synth = _splits(cfg, seed, builtin_problems(), progress)
+    if not eval_problems:
+        raise DavinciError("no eval problems (synthesis kept none to hold out)",
+                           "widen data.synthetic_ops / data.synthetic_lengths or lower data.synthetic_heldout")
+    candidates = _candidates(cfg, builtin_train, synthetic_train)
     kept, decontam_drops = decontaminate(candidates, eval_problems, cfg.decontam_threshold, progress=progress)
     train, diversity_drops, diversity_report = diversity_filter(kept, cfg.dedup_threshold, cfg.cluster_cap, seed)
     if not train:
@@ -217,8 +269,9 @@ def _per_source(candidates: list[Problem], kept: list[Problem], train: list[Prob
 def _synthesis_summary(cfg: DataConfig, synth: SynthesisResult | None) -> dict[str, int]:
     if synth is None:
         return {"requested": 0, "kept": 0, "dropped": 0, "attempts": 0}
-    return {"requested": cfg.synthetic_count, "kept": len(synth.problems), "dropped": len(synth.dropped),
-            "attempts": synth.attempts}
+    return {"requested": (cfg.synthetic_count if "synthetic" in cfg.sources else 0) + _heldout_count(cfg),
+            "kept": len(synth.problems), "dropped": len(synth.dropped), "attempts": synth.attempts,
+            "held_out": min(_heldout_count(cfg), len(synth.problems))}
 
 
 def _counts(candidates, kept, train, eval_problems, examples, n_traj, drops) -> dict[str, int]:  # noqa: ANN001
@@ -314,4 +367,4 @@ def read_problems(path: Path) -> list[Problem]:
     return [Problem.from_dict(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-__all__ = ["run_data_stage", "DataStageOutputs", "split_eval", "read_problems"]
+__all__ = ["run_data_stage", "DataStageOutputs", "split_eval", "split_by_signature", "chain_pool", "read_problems"]

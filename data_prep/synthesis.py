@@ -11,6 +11,9 @@ output is non-finite or trivially matched (zeros, a constant or another draw's o
 Choices:
 - Deterministic for a seed: one `random.Random(seed)` draws every choice; validation is seeded too.
 - A reduction only ends a chain; a chain never repeats the same op twice in a row nor uses the affine twice.
+- A `ChainPool` narrows the family: only the named ops, only the given chain lengths (the tiny profile uses
+  two-op chains of eight elementwise ops, a family a ~1M-parameter model learns to compose on a CPU in
+  minutes). The default pool (every op, lengths 2-4) draws exactly as before the pool existed.
 - Chains whose operator signature equals one of the given `problems` (or an earlier synthesized chain)
   are skipped before running anything: they would only be near-duplicates.
 - A generated solution that fails its check is dropped with the problem (reason `run-error`), never shipped.
@@ -47,22 +50,45 @@ SOLUTION_SEEDS = (0, 1, 2)
 
 
 @dataclass(frozen=True)
+class ChainPool:
+    """Which chains `sample_chain` may draw: op names (empty = every op in `OPS`) and chain lengths."""
+
+    ops: tuple[str, ...] = ()
+    lengths: tuple[int, ...] = (2, 3, 3, 4)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.ops) - set(OPS))
+        if unknown:
+            raise ValueError(f"unknown synthesis ops {unknown}; valid: {', '.join(sorted(OPS))}")
+        if not self.lengths or min(self.lengths) < 1:
+            raise ValueError(f"chain lengths must be a non-empty list of positive numbers (got {list(self.lengths)})")
+
+    def allows(self, name: str) -> bool:
+        return not self.ops or name in self.ops
+
+
+DEFAULT_POOL = ChainPool()
+
+
+@dataclass(frozen=True)
 class SynthesisResult:
     problems: tuple[Problem, ...]
     dropped: tuple[DropRecord, ...]
     attempts: int
 
 
-def sample_chain(rng: random.Random) -> ChainSpec:
-    """One random chain spec (see module docstring for the rules)."""
-    length = rng.choice((2, 3, 3, 4))
+def sample_chain(rng: random.Random, pool: ChainPool = DEFAULT_POOL) -> ChainSpec:
+    """One random chain spec (see module docstring for the rules); ops and lengths from `pool`."""
+    length = rng.choice(pool.lengths)
     ops: list[str] = []
     for position in range(length):
         last = position == length - 1
-        pool = list(_UNARY) * 2 + list(_ROW) + (["affine"] if "affine" not in ops else [])
+        names = list(_UNARY) * 2 + list(_ROW) + (["affine"] if "affine" not in ops else [])
         if last and position > 0:
-            pool += list(_REDUCE) * 2
-        choices = [op for op in pool if not ops or op != ops[-1]]
+            names += list(_REDUCE) * 2
+        choices = [op for op in names if (not ops or op != ops[-1]) and pool.allows(op)]
+        if not choices:
+            raise ValueError(f"the pool {list(pool.ops)} has no op for position {position} of a {length}-op chain")
         ops.append(rng.choice(choices))
     dim = rng.choice(_DIMS)
     seq = rng.choice(_SEQS)
@@ -115,12 +141,12 @@ def validate_synthetic(problem: Problem, verify_solution: bool = True) -> DropRe
     return _solution_drop(problem, check_solution(problem.code, problem.reference_solution, seeds=SOLUTION_SEEDS))
 
 
-def _round(rng, seed, want, seen, attempts, budget, dropped) -> tuple[list[Problem], int]:  # noqa: ANN001
+def _round(rng, seed, want, seen, attempts, budget, dropped, pool) -> tuple[list[Problem], int]:  # noqa: ANN001
     """Sample until `want` problems pass reference validation (or the budget runs out)."""
     batch: list[Problem] = []
     while len(batch) < want and attempts < budget:
         attempts += 1
-        spec = sample_chain(rng)
+        spec = sample_chain(rng, pool)
         signature = operator_signature(problem_source(spec))
         if signature in seen:
             continue
@@ -135,9 +161,11 @@ def _round(rng, seed, want, seen, attempts, budget, dropped) -> tuple[list[Probl
 
 
 def synthesize_with_report(
-    problems: Sequence[Problem], n: int, seed: int, *, verify_solutions: bool = True, progress: bool = False
+    problems: Sequence[Problem], n: int, seed: int, *, verify_solutions: bool = True, progress: bool = False,
+    pool: ChainPool = DEFAULT_POOL,
 ) -> SynthesisResult:
-    """Up to `n` valid synthesized problems (fewer only when the attempt budget runs out), plus the drops.
+    """Up to `n` valid synthesized problems (fewer only when the attempt budget runs out or `pool` has fewer
+    distinct signatures), plus the drops.
 
     Solutions are checked a round at a time (`verify.check_solutions`: one worker process per round)."""
     rng = random.Random(seed)
@@ -147,7 +175,7 @@ def synthesize_with_report(
     attempts, budget = 0, n * ATTEMPTS_PER_PROBLEM
     bar = tqdm(total=n, desc="synthesize", disable=not progress, leave=False)
     while len(kept) < n and attempts < budget:
-        batch, attempts = _round(rng, seed, n - len(kept), seen, attempts, budget, dropped)
+        batch, attempts = _round(rng, seed, n - len(kept), seen, attempts, budget, dropped, pool)
         checks = (
             check_solutions([(p.code, p.reference_solution or "") for p in batch], seeds=SOLUTION_SEEDS)
             if verify_solutions and batch else [None] * len(batch)
@@ -172,6 +200,8 @@ __all__ = [
     "synthesize",
     "synthesize_with_report",
     "SynthesisResult",
+    "ChainPool",
+    "DEFAULT_POOL",
     "sample_chain",
     "validate_reference",
     "validate_synthetic",

@@ -206,8 +206,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     detached_prefect_api()
     result = pipeline_flow(profile=args.profile, overrides=list(args.overrides))
+    _print_heldout(result["eval"])
     _print_run_footer(profile, result["parent_run_id"])
     return 0
+
+
+def _print_heldout(evaluation: dict) -> None:
+    """The run's last word on learning: SFT vs RL on the held-out problems (the eval stage's comparison table)."""
+    from artifacts.refs import StageOutputs
+
+    outputs = StageOutputs.from_dict(evaluation)
+    if "comparison_md" in outputs.files:  # an eval stage finished before the comparison existed has none
+        print("\n" + outputs.path("comparison_md").read_text().rstrip())
 
 
 def _print_run_footer(profile, parent_run_id: str) -> None:

@@ -71,7 +71,9 @@ class _StageRunner:
 
 
 def _summarize(store: TrackingStore, parent: str, evaluation: StageOutputs) -> None:
-    """Copy the headline numbers (fast_p vs eager and compile) onto the parent run."""
+    """Copy the headline numbers (fast_p vs eager and compile, the held-out SFT-vs-RL comparison) onto the parent run."""
     headline = {k: float(v) for k, v in evaluation.summary.items() if k.startswith("fast_") and isinstance(v, (int, float))}
+    if "heldout" in evaluation.summary:  # an eval stage finished before the comparison existed has none
+        headline.update({k: float(v) for k, v in evaluation.summary["heldout"].items()})
     if headline:
         store.log_metrics(parent, headline, step=0)

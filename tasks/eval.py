@@ -4,6 +4,10 @@ The loop itself (greedy turns, best turn per problem, resume by chunks) is the e
 `davinci.agents.evaluation`; this task loads the model and library, calls it, and writes the tables.
 fast_p follows KernelBench exactly (strict >, N = every eval problem); it is reported vs eager and vs
 torch.compile, overall and per level, and also for the first turn alone.
+
+`compare_checkpoints` pairs two such outputs (the SFT and the RL checkpoint on the same problems) into the
+held-out comparison (`davinci.agents.comparison`): `comparison.{json,md}` and `sft_vs_rl.png` beside the RL
+checkpoint's files, its metrics under `summary["heldout"]`.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from prefect import task
 from artifacts.refs import StageOutputs
 from davinci.jsonl import write_jsonl
 from tasks.caching import cache_key_fn
-from tasks.common import load_problems
-from tasks.plots import bar_plot
+from tasks.common import load_problems, read_jsonl
+from tasks.plots import bar_plot, paired_bars_plot
 
 SCOPES = ("davinci",)
 
@@ -85,3 +89,21 @@ def _summary(table: list[dict[str, Any]], first: list[dict[str, Any]], records: 
                 if key.startswith("fast_") and isinstance(value, float):
                     out[f"{name}{key}_{row['baseline']}"] = value
     return out
+
+
+def compare_checkpoints(sft: StageOutputs, rl: StageOutputs, *, seed: int) -> StageOutputs:
+    """The RL eval outputs plus the paired SFT-vs-RL comparison of their per-problem results (written into
+    the RL eval's folder; cheap, so not a cached task)."""
+    from davinci.agents.comparison import compare_records, format_comparison
+
+    comparison = compare_records(list(read_jsonl(sft.path("results"))), list(read_jsonl(rl.path("results"))), seed=seed)
+    out = Path(rl.dir)
+    (out / "comparison.json").write_text(json.dumps(comparison.to_dict(), indent=2))
+    (out / "comparison.md").write_text(format_comparison(comparison))
+    paired_bars_plot(out / "sft_vs_rl.png", [(s.metric, s.before, s.after, s.ci95_low, s.ci95_high) for s in comparison.scores],
+                     (comparison.before_label, comparison.after_label), f"held-out, n={len(comparison.problems)} (paired)")
+    files = {**rl.files, "comparison": "comparison.json", "comparison_md": "comparison.md", "comparison_plot": "sft_vs_rl.png"}
+    sft_results = sft.path("results")
+    if sft.dir != rl.dir and sft_results.is_relative_to(out):  # the SFT eval's folder inside this one (`sft/`)
+        files["sft_results"] = str(sft_results.relative_to(out))
+    return StageOutputs("eval", rl.dir, files, {**rl.summary, "heldout": comparison.metrics()}).write()

@@ -2,6 +2,8 @@
 
 - `line_plot`: series over steps or epochs; `integer_x=True` keeps ticks on whole numbers (epochs).
 - `bar_plot`: one bar per named item (per-problem speedups), labels on the axis, a reference line.
+- `paired_bars_plot`: per metric a before and an after bar, the after bar with the 95% CI of the paired
+  difference drawn around it (before + CI), and the difference written above it.
 """
 
 from __future__ import annotations
@@ -59,4 +61,23 @@ def bar_plot(path: Path, bars: Sequence[tuple[str, float]], title: str, ylabel: 
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
+def paired_bars_plot(path: Path, scores: Sequence[tuple[str, float, float, float, float]], labels: tuple[str, str],
+                     title: str) -> Path:
+    """Bars per (metric, before, after, diff CI low, diff CI high); the error bar is before + the CI of the difference."""
+    fig, ax = _pyplot().subplots(figsize=(max(4.0, 2.2 * len(scores) + 1.5), 3.8), dpi=120)
+    for i, (metric, before, after, lo, hi) in enumerate(scores):
+        ax.bar(3 * i, before, color="#8C8C8C", label=labels[0] if i == 0 else None)
+        ax.bar(3 * i + 1, after, color="#4C72B0", label=labels[1] if i == 0 else None)
+        ax.errorbar([3 * i + 1], [after], yerr=[[max(0.0, after - (before + lo))], [max(0.0, before + hi - after)]],
+                    color="black", capsize=6)
+        ax.text(3 * i + 1, min(1.02, after + 0.05), f"{after - before:+.2f} [{lo:+.2f}, {hi:+.2f}]", ha="center", fontsize=8)
+    ax.set_xticks([3 * i + 0.5 for i in range(len(scores))], [s[0] for s in scores])
+    ax.set_ylim(0, 1.12)
+    ax.set_ylabel("share of held-out problems")
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
     return _save(fig, path)

@@ -18,7 +18,12 @@ Writes $OUT/summary.json (heldout_n, before, after, ci95_low, ci95_high, control
 control_flipped_after, device, commit, ...), $OUT/per_problem.jsonl, $OUT/learning.png, $OUT/log.txt.
 
     PYTHONPATH=. OUT=benchmarks/results/h100/learning python benchmarks/gpu/learning_demo.py   # one H100, ~30 min
-    PYTHONPATH=. OUT=/tmp/demo python benchmarks/gpu/learning_demo.py --smoke-cpu                 # mechanics only
+    PYTHONPATH=. OUT=/tmp/demo python benchmarks/gpu/learning_demo.py --smoke-cpu                 # CPU, ~5-10 min
+
+--smoke-cpu is the CPU version (the slow test `tests/rl/test_learning_demo.py`): the tiny profile's task family
+(two-op chains of its eight elementwise ops, `data.synthetic_ops`), held out by operator signature
+(`data_prep.stage.split_by_signature`: the signature families of so small a pool are too few to hold one out),
+the tiny model at its profile size, SFT stopped where it solves part of the held-out chains, 2 short RL epochs.
 
 Not yet run on an H100 (written by the issue-13 branch); the defaults are a first guess to calibrate:
 watch `before` (want well inside (0, 1)) and lower --sft-steps when it is near 1, raise when near 0.
@@ -60,14 +65,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sft-steps", type=int, default=1500)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--smoke-cpu", action="store_true", help="a few problems, tiny sizes, CPU: checks the mechanics")
+    ap.add_argument("--ops", default="", help="comma-separated op names of the chains (default: every op)")
+    ap.add_argument("--lengths", default="", help="comma-separated chain lengths (default: the generator's 2-4 mix)")
+    ap.add_argument("--split", choices=("family", "signature"), default="family",
+                    help="hold out whole signature families (crc32 of tags[2]) or single op signatures (and their reverse)")
+    ap.add_argument("--smoke-cpu", action="store_true", help="the CPU version: the tiny profile's task family and sizes")
     ap.add_argument("--set", action="append", default=[], help="extra profile override key=value")
     args = ap.parse_args(argv)
     if args.smoke_cpu:
-        args.synthetic, args.heldout_every, args.heldout_max, args.probe = 24, 3, 4, 3
-        args.epochs, args.group_size, args.hidden, args.layers, args.sft_steps, args.device = 1, 2, 32, 1, 20, "cpu"
-        args.set = ["agents.max_new_tokens=48", "gym.workers=1", *args.set]
+        from davinci.config import load_profile
+
+        args.ops, args.lengths, args.split = ",".join(load_profile("tiny").data.synthetic_ops), "2", "signature"
+        args.synthetic, args.heldout_max, args.probe, args.epochs, args.group_size = 48, 8, 4, 2, 2
+        args.hidden, args.layers, args.sft_steps, args.device = 128, 2, 800, "cpu"
+        args.set = ["agents.max_new_tokens=96", "gym.workers=1", *args.set]
     return args
+
+
+def chain_pool(args: argparse.Namespace) -> Any:
+    from data_prep.synthesis import ChainPool
+
+    ops = tuple(x for x in args.ops.split(",") if x)
+    lengths = tuple(int(x) for x in args.lengths.split(",") if x) or ChainPool().lengths
+    return ChainPool(ops=ops, lengths=lengths)
 
 
 def build_profile(args: argparse.Namespace) -> Any:
@@ -84,8 +104,17 @@ def build_profile(args: argparse.Namespace) -> Any:
     return load_profile("tiny", overrides)
 
 
-def split(problems: list[Any], every: int, heldout_max: int) -> tuple[list[Any], list[Any]]:
-    """(train, held-out) by signature family: a family is held out when its crc32 falls in 1/every."""
+def split(problems: list[Any], every: int, heldout_max: int, by: str = "family") -> tuple[list[Any], list[Any]]:
+    """(train, held-out) by signature family: a family is held out when its crc32 falls in 1/every; or (`by`
+    "signature") the `heldout_max` op signatures with the lowest crc32, each with its reverse."""
+    if by == "signature":
+        from data_prep.stage import split_by_signature
+
+        from data_prep.source_ast import operator_signature
+
+        held, train = split_by_signature(problems, heldout_max)
+        op_sets = {tuple(sorted(operator_signature(p.code))) for p in held}  # a held-out chain's reverse never trains
+        return [p for p in train if tuple(sorted(operator_signature(p.code))) not in op_sets], held
     held = [p for p in problems if zlib.crc32(p.tags[2].encode()) % every == 0][:heldout_max]
     ids = {p.id for p in held}
     families = {p.tags[2] for p in held}
@@ -190,10 +219,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = out / "work"
     profile = build_profile(args)
     register_flipped()
-    problems = list(synthesize_with_report(builtin_problems(), args.synthetic, args.seed, verify_solutions=False).problems)
-    train, held = split(problems, args.heldout_every, args.heldout_max)
+    problems = list(synthesize_with_report(builtin_problems(), args.synthetic, args.seed, verify_solutions=False,
+                                           pool=chain_pool(args)).problems)
+    train, held = split(problems, args.heldout_every, args.heldout_max, args.split)
     probe = train[: args.probe]
-    log(out, f"{len(problems)} problems: {len(train)} train, {len(held)} held out (by signature family), probe {len(probe)}")
+    log(out, f"{len(problems)} problems: {len(train)} train, {len(held)} held out (split by {args.split}), probe {len(probe)}")
     sft_ckpt = sft(profile, train, work / "sft", out, None, args.sft_steps)
     before = heldout_correct(profile, sft_ckpt, held, work / "eval_before")
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")

@@ -19,8 +19,10 @@ class DataConfig:
     sources: tuple[Literal["builtin", "synthetic", "kernelbench", "evolution"], ...] = ("builtin",)
     # revisions.jsonl files written by `davinci-kernel evolve` (used when `sources` includes evolution).
     evolution_revisions: tuple[str, ...] = ()
-    # Where the eval problems come from: a held-out part of the built-in suite (CPU-sized) or KernelBench.
-    eval_source: Literal["builtin_heldout", "kernelbench"] = "builtin_heldout"
+    # Where the eval problems come from: a held-out part of the built-in suite (CPU-sized), KernelBench, or
+    # synthetic_heldout: `synthetic_heldout` op-chain problems synthesized with the training ones and held out by
+    # operator signature (no training problem has the same op chain; see data_prep.stage).
+    eval_source: Literal["builtin_heldout", "kernelbench", "synthetic_heldout"] = "builtin_heldout"
     # Built-in problems held out for eval (ids); empty means the suite's own default held-out list.
     eval_ids: tuple[str, ...] = ()
     # KernelBench: local folder in upstream's layout ("" = $DAVINCI_KERNELBENCH or ../shared/kernelbench).
@@ -31,6 +33,12 @@ class DataConfig:
     kernelbench_limit: int = 0
     # Synthesized problems (op chains composed by data_prep.synthesis); 0 = none. Each costs ~0.3 s here.
     synthetic_count: int = 0
+    # Op-chain family of the synthesized problems: op names of data_prep.synthesis_ops.OPS (empty = every op)
+    # and the chain lengths drawn from (empty = 2-4 ops, the generator's own mix).
+    synthetic_ops: tuple[str, ...] = ()
+    synthetic_lengths: tuple[int, ...] = ()
+    # Synthesized problems held out for eval when eval_source is synthetic_heldout (on top of synthetic_count).
+    synthetic_heldout: int = 0
     # Check every synthesized problem's generated fused Triton solution in the interpreter before keeping it.
     synthetic_verify: bool = True
     # Decontamination: a training problem whose similarity to any eval problem reaches this is dropped.

@@ -61,6 +61,7 @@ ANY = Range(None)
 RANGES: dict[str, Range] = {
     # data
     "data.decontam_threshold": FRACTION, "data.dedup_threshold": FRACTION, "data.kernelbench_levels": Range(1, 4),
+    "data.synthetic_lengths": Range(1, 4),
     # model
     "model.tiny_hidden": AT_LEAST_1, "model.tiny_layers": AT_LEAST_1, "model.tiny_heads": AT_LEAST_1,
     "model.tiny_vocab": Range(256), "model.max_seq_len": Range(16), "model.lora_r": AT_LEAST_1,
@@ -104,6 +105,9 @@ CROSS_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      lambda p: p.evolve.diversity_slots < p.evolve.archive_size, "lower evolve.diversity_slots or raise evolve.archive_size"),
     ("gym.timing_min_reps must be <= gym.timing_max_reps",
      lambda p: p.gym.timing_min_reps <= p.gym.timing_max_reps, "lower gym.timing_min_reps or raise gym.timing_max_reps"),
+    ("data.eval_source=synthetic_heldout needs data.synthetic_heldout >= 1",
+     lambda p: p.data.eval_source != "synthetic_heldout" or p.data.synthetic_heldout >= 1,
+     "set data.synthetic_heldout (how many op-chain problems to hold out), e.g. --set data.synthetic_heldout=8"),
 )
 
 

@@ -110,3 +110,50 @@ def test_default_path(tmp_path: Path):
         pytest.skip("davinci.agents.sft_examples_for is not built yet")
     out = run_data_stage(DataConfig(), tmp_path / "real", seed=0)
     assert out.counts["train"] == 18 and out.counts["sft_policy"] >= 18 and out.counts["sft_summary"] == 18
+
+
+def _heldout_cfg(**kw) -> DataConfig:
+    base = dict(sources=("synthetic",), eval_source="synthetic_heldout", synthetic_ops=("relu", "sigmoid", "abs", "shift"),
+                synthetic_lengths=(2,), synthetic_count=8, synthetic_heldout=4, synthetic_verify=False,
+                decontam_threshold=1.0, dedup_threshold=1.0, cluster_cap=0)
+    return replace(DataConfig(), **{**base, **kw})
+
+
+def test_synthetic_heldout_split_is_by_operator_signature(tmp_path: Path, sft_doubles):
+    from data_prep.source_ast import operator_signature
+
+    out = run_data_stage(_heldout_cfg(), tmp_path / "held", seed=0, **sft_doubles.kwargs())
+    train, held = read_problems(out.train_path), read_problems(out.eval_path)
+    assert len(held) == 4 and len(train) + out.counts["dropped_decontamination"] == 8
+    op_sets = lambda ps: {tuple(sorted(operator_signature(p.code))) for p in ps}  # noqa: E731
+    assert not op_sets(train) & op_sets(held)  # no held-out op pair is trained on, in either order
+    assert all(p.source == "synthetic" for p in train + held)
+    assert json.loads(out.report_path.read_text())["synthesis"]["held_out"] == 4
+    again = run_data_stage(_heldout_cfg(), tmp_path / "again", seed=0, **sft_doubles.kwargs())
+    assert [p.id for p in read_problems(again.eval_path)] == [p.id for p in held]
+
+
+def test_synthetic_heldout_without_synthetic_training(tmp_path: Path, sft_doubles):
+    """`data.sources=[builtin]` with the tiny eval split: built-in problems train, op chains are the eval set."""
+    out = run_data_stage(_heldout_cfg(sources=("builtin",), synthetic_count=0, synthetic_heldout=2), tmp_path / "b", seed=0,
+                         **sft_doubles.kwargs())
+    assert out.counts["eval"] == 2 and out.counts["train"] == 23
+    assert all(p.source == "builtin" for p in read_problems(out.train_path))
+
+
+def test_split_by_signature_ignores_draw_order():
+    from data_prep.stage import split_by_signature
+    from data_prep.synthesis import ChainPool, synthesize_with_report
+
+    problems = list(synthesize_with_report([], 6, 0, verify_solutions=False, pool=ChainPool(("relu", "abs", "shift"), (2,))).problems)
+    held, rest = split_by_signature(problems, 2)
+    held_rev, _ = split_by_signature(problems[::-1], 2)
+    assert {p.id for p in held} == {p.id for p in held_rev} and len(rest) == 4
+    assert {tuple(sorted(p.name.split("_"))) for p in held} == {tuple(sorted(held[0].name.split("_")))}  # a pair and its reverse
+
+
+def test_synthetic_heldout_config_errors(tmp_path: Path, sft_doubles):
+    with pytest.raises(ConfigError, match="holds out no problems"):
+        run_data_stage(_heldout_cfg(synthetic_heldout=0), tmp_path, 0, **sft_doubles.kwargs())
+    with pytest.raises(ConfigError, match="unknown synthesis ops"):
+        run_data_stage(_heldout_cfg(synthetic_ops=("relu", "nope")), tmp_path, 0, **sft_doubles.kwargs())

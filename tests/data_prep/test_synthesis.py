@@ -8,7 +8,7 @@ import pytest
 
 from data_prep.builtin import builtin_problems
 from data_prep.source_ast import check_interface
-from data_prep.synthesis import sample_chain, synthesize, synthesize_with_report, validate_synthetic
+from data_prep.synthesis import ChainPool, sample_chain, synthesize, synthesize_with_report, validate_synthetic
 from data_prep.synthesis_ops import OPS, ChainSpec, problem_source, solution_source
 from data_prep.verify import check_solutions, informativeness
 from davinci.types import Problem
@@ -77,3 +77,28 @@ def test_sampled_chains_follow_the_rules():
         assert spec.ops.count("affine") <= 1
         assert all(a != b for a, b in zip(spec.ops, spec.ops[1:]))
         assert spec.batch * max(spec.seq, 1) * spec.dim <= 65536
+
+
+def test_a_pool_narrows_ops_and_lengths_and_the_default_draws_as_before():
+    pool = ChainPool(ops=("relu", "abs", "shift"), lengths=(2,))
+    rng = random.Random(1)
+    specs = [sample_chain(rng, pool) for _ in range(100)]
+    assert all(len(s.ops) == 2 and set(s.ops) <= {"relu", "abs", "shift"} and s.ops[0] != s.ops[1] for s in specs)
+    # 3 ops, no repeat in a row: exactly the 6 ordered pairs
+    assert len({s.ops for s in specs}) == 6
+    assert [sample_chain(random.Random(5)) for _ in range(1)] == [sample_chain(random.Random(5), ChainPool())]
+
+
+def test_a_pool_with_unknown_ops_or_no_lengths_is_refused():
+    with pytest.raises(ValueError, match="unknown synthesis ops"):
+        ChainPool(ops=("relu", "nope"))
+    with pytest.raises(ValueError, match="chain lengths"):
+        ChainPool(lengths=())
+    with pytest.raises(ValueError, match="no op for position 0"):  # a reduction only ends a chain, never starts it
+        sample_chain(random.Random(0), ChainPool(ops=("sum",), lengths=(2,)))
+
+
+def test_a_small_pool_stops_at_its_distinct_signatures():
+    result = synthesize_with_report([], n=10, seed=0, verify_solutions=False, pool=ChainPool(ops=("relu", "abs", "shift"), lengths=(2,)))
+    assert len(result.problems) == 6  # the 6 ordered pairs, each signature once
+    assert len({p.name for p in result.problems}) == 6

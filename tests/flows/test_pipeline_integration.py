@@ -6,7 +6,8 @@ One module-scoped project home, used in order:
    and the rl run KILLED (MLflow API and `davinci-kernel runs`) and no Prefect flow run Running;
 2. the same command again resumes the same parent run: data and sft are skipped (and said so), the same
    rl run is reopened, the parent ends FINISHED with five finished stage runs that each hold artifacts,
-   eval holds the fast_p table, and no run (MLflow or Prefect) is left Running;
+   eval holds the fast_p table and the held-out SFT-vs-RL comparison (metrics, table, plot; printed at the
+   end), and no run (MLflow or Prefect) is left Running;
 3. `davinci-kernel stage eval --from <parent>` logs a second eval run, marked as a rerun, and reruns no
    other stage;
 4. `davinci-kernel run ... --set rl.epochs=3` makes a new parent that reuses data and SFT (said so, and the
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = [
     "rl.epochs=2", "rl.problems_per_epoch=2", "agents.group_size=2", "agents.turns=1",
-    "eval.turns=1", "eval.limit=2", "data.synthetic_count=0", "data.sources=[builtin]",
+    "eval.turns=1", "eval.limit=2", "data.synthetic_count=6", "data.synthetic_heldout=2",
 ]
 
 
@@ -160,6 +161,7 @@ def test_resume_skips_finished_stages_and_completes(pipeline: dict) -> None:
     assert re.search(r"\[data\] already finished in run \w+; skipping", second.stdout)
     assert re.search(r"\[sft\] already finished in run \w+; skipping", second.stdout)
     assert "MLflow parent run:" in second.stdout and "davinci-kernel ui" in second.stdout
+    assert "## held-out: SFT vs RL (same 2 problems, paired)" in second.stdout
 
 
 def _parent(pipeline: dict) -> str:
@@ -180,6 +182,14 @@ def test_store_holds_five_finished_stage_runs_with_artifacts(pipeline: dict) -> 
     eval_run = next(r for r in finished if r.data.tags["stage"] == "eval")
     assert "fast_p/fast_p_table.json" in {a.path for a in client.list_artifacts(eval_run.info.run_id, "fast_p")}
     assert any(k.startswith("fast_1") for k in eval_run.data.metrics)
+    # the SFT and RL checkpoints on the same held-out problems, paired, with the CI of the difference
+    held = {k: v for k, v in eval_run.data.metrics.items() if k.startswith("heldout/")}
+    assert {"heldout/correct_sft", "heldout/correct_rl", "heldout/correct_diff", "heldout/correct_diff_ci95_low",
+            "heldout/correct_diff_ci95_high", "heldout/n"} <= set(held), held
+    assert held["heldout/n"] == 2 and held["heldout/correct_diff_ci95_low"] <= held["heldout/correct_diff"] <= held["heldout/correct_diff_ci95_high"]
+    assert "heldout/sft_vs_rl.json" in {a.path for a in client.list_artifacts(eval_run.info.run_id, "heldout")}
+    assert "plots/sft_vs_rl.png" in {a.path for a in client.list_artifacts(eval_run.info.run_id, "plots")}
+    assert client.get_run(parent).data.metrics["heldout/correct_rl"] == held["heldout/correct_rl"]
 
 
 def test_stage_rerun_logs_new_eval_run_only(pipeline: dict) -> None:

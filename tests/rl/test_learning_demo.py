@@ -1,6 +1,9 @@
-"""The learning demonstration's mechanics on the CPU (`benchmarks/gpu/learning_demo.py --smoke-cpu`): every arm
-runs on the engine's code and `summary.json` carries the keys the issue asks for. At smoke sizes nothing is
-learned (every score is 0), so this checks the plumbing, not the sign; the sign needs the GPU run."""
+"""The learning demonstration's CPU version (`benchmarks/gpu/learning_demo.py --smoke-cpu`, ~70 s on 2 cores): the
+tiny profile's op-chain family held out by signature, every arm on the engine's code, and `summary.json` with the
+keys the issue asks for. SFT solves part of the held-out chains here (measured before = 0.75, 6/8), so `before`
+is checked to be non-zero; the sign of after - before is not asserted: the smoke RL (2 epochs, 4 probe problems
+the SFT model already solves) has no reward variance to learn from, and every arm measured 0.75 (difference
++0.000, CI [0, 0]); the sign needs the GPU run."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ def test_demo_smoke_writes_the_summary(tmp_path, monkeypatch):
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert KEYS <= set(on_disk) and on_disk["heldout_n"] == summary["heldout_n"] > 0
     assert all(0.0 <= on_disk[k] <= 1.0 for k in ("before", "after", "control_sft_after", "control_flipped_after"))
+    assert on_disk["before"] > 0.0  # the SFT checkpoint solves some held-out chains: the comparison can move
     assert on_disk["ci95_low"] <= on_disk["after"] - on_disk["before"] <= on_disk["ci95_high"]
     rows = read_jsonl(tmp_path / "per_problem.jsonl")
     assert len(rows) == on_disk["heldout_n"] and (tmp_path / "learning.png").exists()
