@@ -86,13 +86,10 @@ def test_seccomp_program_denies_only_what_it_lists():
     assert eperm == 2 + len(seccomp.DENY) + len(seccomp.DENIED_DOMAINS) + 1 + len(seccomp.PID_ARG)
 
 
-@pytest.mark.skipif(not PRIVILEGED, reason="namespaces need root here")
-def test_a_confined_process_cannot_write_outside_its_folder_or_see_the_evaluator(tmp_path):
-    """Both stages in a forked child: the writes it may make land, every other write fails, and it sees
-    only its own PID namespace."""
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    code = f"""
+def _confined_child(scratch: Path, body: str) -> str:
+    """A script that forks a child through both sandbox stages (`scratch` writable, user nobody), runs `body`
+    there (indented four spaces; `w` is the pipe back, `applied` the layers) and prints what it wrote."""
+    return f"""
 import json, os, sys
 from davinci.kernelgym import sandbox, isolation
 r, w = os.pipe()
@@ -101,6 +98,19 @@ if pid == 0:
     os.close(r)
     applied = sandbox.enter_sandbox(w, {{"network_isolation": True}}, os.getppid())
     applied = isolation.confine({{"writable": [{str(scratch)!r}], "hide": [], "user": "nobody"}}, applied)
+{body.strip(chr(10))}
+os.close(w)
+print(os.fdopen(r).read()); os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.skipif(not PRIVILEGED, reason="namespaces need root here")
+def test_a_confined_process_cannot_write_outside_its_folder_or_see_the_evaluator(tmp_path):
+    """Both stages in a forked child: the writes it may make land, every other write fails, and it sees
+    only its own PID namespace."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = _confined_child(scratch, f"""
     res = {{"uid": os.getuid(), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}}
     for target in [{str(ROOT / 'README.md')!r}, {str(tmp_path / 'outside.txt')!r}, "/etc/evil"]:
         try:
@@ -110,9 +120,7 @@ if pid == 0:
     open({str(scratch / 'ok.txt')!r}, "w").write("ok")
     open("/tmp/private", "w").write("x")
     os.write(w, json.dumps({{"applied": applied, **res}}).encode()); os._exit(0)
-os.close(w)
-print(os.fdopen(r).read()); os.waitpid(pid, 0)
-"""
+""")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                           capture_output=True, text=True, timeout=120)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -133,20 +141,10 @@ def test_a_project_under_tmp_stays_importable_inside_the_private_tmp(tmp_path):
     shutil.copytree(ROOT / "davinci", copy / "davinci", ignore=shutil.ignore_patterns("__pycache__"))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    code = f"""
-import os
-from davinci.kernelgym import sandbox, isolation
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(r)
-    applied = sandbox.enter_sandbox(w, {{"network_isolation": True}}, os.getppid())
-    applied = isolation.confine({{"writable": [{str(scratch)!r}], "hide": [], "user": "nobody"}}, applied)
+    code = _confined_child(scratch, """
     import davinci.kernelgym.metrics  # first imported here, from the checkout under /tmp
     os.write(w, ("imported " + str(applied["private_tmp"])).encode()); os._exit(0)
-os.close(w)
-print(os.fdopen(r).read()); os.waitpid(pid, 0)
-"""
+""")
     proc = subprocess.run([sys.executable, "-c", code], cwd=copy, env=dict(os.environ, PYTHONPATH=str(copy)),
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip().endswith("imported True"), proc.stdout + proc.stderr[-2000:]
