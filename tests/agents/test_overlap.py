@@ -10,6 +10,7 @@ the episodes equal the serial path's exactly, and the epoch's clocks see overlap
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 
@@ -119,11 +120,10 @@ def test_a_failed_evaluation_stops_the_turn_with_its_own_error(problems, profile
     def broken(items):
         raise RuntimeError("the evaluator's cluster went away")
 
-    t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="cluster went away"):
         run_episodes(problems, None, backend, prof, epoch=0, group_size=3, greedy=False, evaluate_fn=broken)
-    # stopped at the batch boundary after the failure, not after generating every batch (3 x DELAY_S)
-    assert len(backend.batch_ends) == 2 and time.perf_counter() - t0 < 3 * DELAY_S
+    # stopped at the batch boundary after the failure, not after generating every batch
+    assert len(backend.batch_ends) == 2
 
 
 def test_an_error_in_generation_does_not_wait_for_the_evaluation_in_flight(problems, profile, interpret_evaluate):
@@ -140,11 +140,15 @@ def test_an_error_in_generation_does_not_wait_for_the_evaluation_in_flight(probl
 
     backend.generate_batches = failing
 
-    def slow(items):
-        time.sleep(3.0)
+    release = threading.Event()
+    finished: list[bool] = []
+
+    def held(items):  # batch 1's evaluation, still in flight when generation fails
+        release.wait(30)
+        finished.append(True)
         return interpret_evaluate(items)
 
-    t0 = time.perf_counter()
     with pytest.raises(MemoryError, match="batch 2"):
-        run_episodes(problems, None, backend, prof, epoch=0, group_size=3, greedy=False, evaluate_fn=slow)
-    assert time.perf_counter() - t0 < DELAY_S + 1.5  # the 3 s evaluation of batch 1 was not waited for
+        run_episodes(problems, None, backend, prof, epoch=0, group_size=3, greedy=False, evaluate_fn=held)
+    assert not finished  # the turn raised without waiting for the evaluation in flight
+    release.set()

@@ -7,8 +7,6 @@ program with `# broken` is incorrect. The replay edits raise the speed step by s
 
 from __future__ import annotations
 
-import time
-
 import json
 from dataclasses import replace
 from types import SimpleNamespace
@@ -110,18 +108,29 @@ def test_budgets_stop_the_run(tmp_path) -> None:
     assert result.stopped_by == "wall_time" and result.generations_done == 1
 
 
-class Slow(Scripted):
-    """Each batch takes 0.2 s of wall time."""
+class Clock:
+    """A fake monotonic clock that only the evaluator moves: 0.2 s per batch."""
 
-    def __call__(self, items):
-        time.sleep(0.2)
-        return super().__call__(items)
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
 
 
-def test_the_wall_budget_counts_each_generation_once(tmp_path) -> None:
-    # generations of ~0.2 s against a 0.5 s budget: the stop comes once the sum passes 0.5 s (after the third
+def test_the_wall_budget_counts_each_generation_once(tmp_path, monkeypatch) -> None:
+    # generations of 0.2 s against a 0.5 s budget: the stop comes once the sum passes 0.5 s (after the third
     # generation), not at half of it, which is where counting this call's generations twice stopped it
-    result = _run(tmp_path, "wall2", Slow(), cfg=replace(CFG, generations=10, wall_time_s=0.5))
+    import davinci.evolve.search as search
+
+    clock, ev = Clock(), Scripted()
+
+    def timed(items):
+        clock.now += 0.2
+        return ev(items)
+
+    monkeypatch.setattr(search, "time", clock)
+    result = _run(tmp_path, "wall2", timed, cfg=replace(CFG, generations=10, wall_time_s=0.5))
     assert result.stopped_by == "wall_time" and result.generations_done == 3
 
 
