@@ -7,10 +7,17 @@ Choices:
   profile's `tracking.tracking_uri`) overrides it.
 - The experiment is tagged `mlflow.experimentKind=custom_model_development`, so the UI opens on its runs.
 - Lookups that the user drives (a run id on the command line) raise `InputNotFound` with the fix.
+- A local SQLite store is created whole or not at all (`ensure_sqlite_store`): MLflow migrates a fresh
+  database in place without a lock, so two processes opening it at once (a pipeline and `davinci-kernel
+  runs`, a poller, a Dask worker) collide mid-migration, and a Ctrl-C during the first open leaves a
+  half-migrated file every later open fails on. Here the tables are built in a side file under an
+  exclusive lock and renamed into place, so any opener, this module's or MLflow's own, sees no file or a
+  complete one.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -50,6 +57,37 @@ class StoreLocation:
         return cls(f"sqlite:///{db}", (home.mlruns / "artifacts").resolve().as_uri())
 
 
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI; None for any other store (a server, a SQL database)."""
+    prefix = "sqlite:///"
+    if not tracking_uri.startswith(prefix) or tracking_uri == f"{prefix}:memory:":
+        return None
+    return Path(tracking_uri[len(prefix):].split("?", 1)[0])  # four slashes: absolute; three: relative
+
+
+def ensure_sqlite_store(db: Path, artifact_root: str | None) -> None:
+    """Create the MLflow tables of `db` atomically if the file does not exist yet.
+
+    Under an exclusive lock on `<db>.lock`: leftovers of an interrupted creation are removed, the tables
+    are built in `<db>.creating-<pid>` and the finished file is renamed onto `db`.
+    """
+    if db.exists():
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
+        if db.exists():  # another process created it while this one waited
+            return
+        for stale in db.parent.glob(db.name + ".creating-*"):
+            stale.unlink(missing_ok=True)
+        side = db.with_name(f"{db.name}.creating-{os.getpid()}")
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        store = SqlAlchemyStore(f"sqlite:///{side}", artifact_root or db.parent.joinpath("artifacts").as_uri())
+        store.engine.dispose()
+        os.replace(side, db)
+
+
 class TrackingStore:
     """Thin, explicit-id wrapper over `MlflowClient` for one experiment."""
 
@@ -64,6 +102,9 @@ class TrackingStore:
         if self._client is None:
             from mlflow.tracking import MlflowClient
 
+            db = sqlite_path(self.location.tracking_uri)
+            if db is not None:
+                ensure_sqlite_store(db, self.location.artifact_root)
             self._client = MlflowClient(tracking_uri=self.location.tracking_uri)
         return self._client
 

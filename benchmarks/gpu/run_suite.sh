@@ -7,6 +7,7 @@
 #
 # Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchold (the tree in .gpu/old, side by side),
 # memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution, lineage.
+# Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms).
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
 set -u
 cd "$(dirname "$0")/../.."
@@ -59,11 +60,19 @@ for spec in "$@"; do
   cmd="$(job_cmd "$name" "$dir")" || { echo "unknown job $name"; continue; }
   echo; echo "===== $name (limit ${limit}s): $cmd"
   start=$(date +%s)
+  # Device memory while the job runs, outside its processes: the whole GPU and each process (pid, MiB),
+  # every 250 ms, with timestamps to line up with the job's log (which evaluation held how much).
+  nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader -lms 250 > "$dir/gpu_memory.csv" 2>/dev/null &
+  watch_gpu=$!
+  nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader -lms 250 > "$dir/gpu_memory_by_pid.csv" 2>/dev/null &
+  watch_pid=$!
   OUT="$dir" timeout --kill-after=10 "$limit" bash -c "$cmd" > "$dir/log.txt" 2>&1
   rc=$?
+  kill "$watch_gpu" "$watch_pid" 2>/dev/null; wait "$watch_gpu" "$watch_pid" 2>/dev/null
+  peak=$(awk -F', ' '{gsub(/ MiB/,"",$2); if ($2+0 > m) m = $2+0} END {printf "%.1f GiB", m/1024}' "$dir/gpu_memory.csv")
   took=$(( $(date +%s) - start ))
   tail -n 45 "$dir/log.txt"
-  summary+=("$name rc=$rc ${took}s")
+  summary+=("$name rc=$rc ${took}s peak device memory $peak")
   if [ "$must" = 1 ] && [ "$rc" != 0 ]; then summary+=("stopped: $name failed"); break; fi
 done
 tar czf "$OUT/gpu_suite.tgz" -C "$WORK" .
