@@ -333,8 +333,10 @@ def _finish(lane: Lane, job: Job) -> None:
                 lane.end_child(child)
         job.twin = None
         if job.lane.ref is not None and job.key in job.lane.problems:
-            ref(job, {"op": "drop", "trials": [f"in{t}" for t in range(job.cfg.correctness_trials)], "timing": True,
-                      "kept": [f"{p}{t}" for p in "ab" for t in range(job.cfg.correctness_trials)]})
+            # every trial and kept output this evaluation may have left (the accounting call's too): the
+            # reference worker outlives the candidate and would otherwise keep its device memory mapped
+            ref(job, {"op": "drop", "trials": [f"in{t}" for t in range(job.cfg.correctness_trials)] + ["acct"],
+                      "timing": True, "kept": [f"{p}{t}" for p in "ab" for t in range(job.cfg.correctness_trials)] + ["acct"]})
     except Exception:
         pass
     try:

@@ -11,6 +11,15 @@ pristine inputs) shares a CUDA segment the candidate could reach by pointer arit
 
     descs = encode([x, 3, (y, z)], "host", blobs)        # blobs: list the frame will carry
     values = decode(descs, blobs, "cpu", "host")
+
+Every CUDA IPC export holds device memory until its reference count, a counter in a shared-memory file
+the exporter made, drops to zero. torch's receiver decrements it when it lets go, but it finds the file by
+name in /dev/shm, and the candidate's /dev/shm is private: the decrement silently misses and every export
+(each trial's inputs and outputs, every timed call's outputs, the twin's outputs nobody reads) stays
+allocated in the exporter until it exits, tens of GB on GB-sized problems. So the exporter keeps the count
+itself (`Exports`): the harness drops its own reference when the supervisor releases a slot or a kept
+output, which it does only after the reference worker is done with it. A counter decremented by both sides
+goes to -1, which torch frees the same as 0.
 """
 
 from __future__ import annotations
@@ -131,6 +140,50 @@ def _ipc_tensor(desc: dict[str, Any]) -> torch.Tensor:
         ints[0], _unb64(desc.get("handle")), size_bytes, ints[1], False,
         _unb64(desc.get("ref_handle")), ints[2], _unb64(desc.get("event")), bool(desc.get("event_sync")),
     )
+
+
+def ipc_refs(descs: Any) -> list[tuple[bytes, int]]:
+    """(reference-counter file, offset) of every CUDA IPC export in a descriptor tree, in order."""
+    out: list[tuple[bytes, int]] = []
+    for d in descs if isinstance(descs, list) else []:
+        if isinstance(d, list):
+            out += ipc_refs(d)
+        elif isinstance(d, dict) and d.get("kind") == "seq":
+            out += ipc_refs(d.get("items"))
+        elif isinstance(d, dict) and d.get("kind") == "ipc" and d.get("ref_handle"):
+            out.append((_unb64(d["ref_handle"]) or b"", int(d.get("ref_offset") or 0)))
+    return out
+
+
+def release_counter(handle: bytes, offset: int) -> None:
+    """Drop one reference of this process's own export (torch's receiver-side decrement, run here)."""
+    torch.UntypedStorage._release_ipc_counter_cuda(handle, offset)
+
+
+class Exports:
+    """The CUDA IPC exports this process made, by owner (a slot, a kept output tag); each released once.
+
+        exports.add("slot:in0", descs)     # after encode(..., "ipc", ...)
+        exports.release("slot:in0")        # when the supervisor releases it; then torch.cuda.ipc_collect()
+    """
+
+    def __init__(self, release: Any = release_counter) -> None:
+        self._release = release
+        self._owned: dict[str, list[tuple[bytes, int]]] = {}
+
+    def add(self, owner: str, descs: Any) -> None:
+        refs = ipc_refs(descs)
+        if refs:
+            self._owned.setdefault(owner, []).extend(refs)
+
+    def release(self, owner: str) -> int:
+        refs = self._owned.pop(owner, [])
+        for handle, offset in refs:
+            self._release(handle, offset)
+        return len(refs)
+
+    def owners(self) -> list[str]:
+        return list(self._owned)
 
 
 def decode(descs: Any, blobs: Sequence[Any], device: str) -> list[Any]:

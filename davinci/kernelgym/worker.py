@@ -120,6 +120,7 @@ class Harness:
         self.init_args = transport.decode(job.get("init", []), blobs, "cpu")
         self.slots: dict[str, list[Any]] = {}
         self.kept: dict[str, list[Any]] = {}
+        self.exports = transport.Exports()  # CUDA IPC exports, released with their slot or kept output
         self.model: Any = None
         self.threads0 = guards.thread_counts()
         self.warmed = False
@@ -174,7 +175,10 @@ class Harness:
         slot = transport.allocate(h["spec"], self.device)
         self.slots[h["slot"]] = slot
         if self.mode == "ipc":
-            return {"ok": True, "descs": transport.encode(slot, "ipc", [])}, []
+            self.exports.release(f"slot:{h['slot']}")  # a slot allocated again under the same name
+            descs = transport.encode(slot, "ipc", [])
+            self.exports.add(f"slot:{h['slot']}", descs)
+            return {"ok": True, "descs": descs}, []
         return {"ok": True}, []
 
     def op_run(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
@@ -220,6 +224,7 @@ class Harness:
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
+        self._drop_kept(h["tag"])
         self.kept[h["tag"]] = leaves
         out_blobs: list[Any] = []
         self.rec.start()
@@ -227,6 +232,7 @@ class Harness:
             outputs = transport.encode(leaves, self.mode, out_blobs)
         finally:
             evidence["launched_after"] = [*after, *self.rec.stop()[0]]
+        self.exports.add(f"tag:{h['tag']}", outputs)
         reply = {"ok": True, "outputs": outputs, "evidence": evidence}
         if self.mode == "host":
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
@@ -253,7 +259,7 @@ class Harness:
         with self.timer.harness():  # the harness's own device work (a profiled round leaves it out)
             for slot, descs in zip(sets, h.get("fill") or []):
                 self._fill(slot, descs, blobs)
-        self.kept.pop("timed", None)
+        self._drop_kept("timed")  # normally released already; a round that failed midway may have left it
         t1 = self._perf()
         with self.timer.harness():
             idle = self.timer.wait_idle(h.get("canary_limit_ms"))
@@ -296,6 +302,7 @@ class Harness:
                     outputs.append(transport.encode(call_leaves, self.mode, blobs))
         finally:
             late, _ = self.rec.stop()
+            self.exports.add("tag:timed", outputs)
         return {"leaves": leaves, "outputs": outputs, "blobs": blobs, "late": late}
 
     def _audit(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
@@ -345,15 +352,20 @@ class Harness:
         self._warm(slot, int(h.get("warmup", 2)))
         return {"ok": True}, []
 
+    def _drop_kept(self, tag: str) -> None:
+        kept = self.kept.pop(tag, None) or []
+        for leaf in flatten_outputs(kept):
+            # Destroy released results so nothing can hand the same memory back as a fresh answer.
+            if isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point:
+                leaf.fill_(float("nan"))
+        self.exports.release(f"tag:{tag}")
+
     def op_release(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         for tag in h.get("tags", []):
-            kept = self.kept.pop(tag, None) or []
-            for leaf in flatten_outputs(kept):
-                # Destroy released results so nothing can hand the same memory back as a fresh answer.
-                if isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point:
-                    leaf.fill_(float("nan"))
+            self._drop_kept(tag)
         for name in h.get("slots", []):
             self.slots.pop(name, None)
+            self.exports.release(f"slot:{name}")
         if self.cuda:
             self._sync()
             torch.cuda.ipc_collect()
