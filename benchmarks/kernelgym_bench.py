@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> dict:
     with Evaluator(cfg) as ev:
         ev.ensure_lanes(1)
         startup = clock()
-        log(f"lane started in {startup:.1f} s ({ev.lanes[0].info.get('device')}, transport {ev.lanes[0].transport})")
+        lane = ev.lanes[0]
+        log(f"lane started in {startup:.1f} s ({lane.info.get('device')}, transport {lane.transport})"
+            + (f"\n    {lane.transport_note}" if getattr(lane, "transport_note", "") else ""))
         for rnd in range(args.rounds):
             for p in problems:
                 over = small_overrides(p) if args.small else None

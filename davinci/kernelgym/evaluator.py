@@ -172,7 +172,7 @@ class Evaluator:
         r = evaluate_on(self, lane, PROBE_PROBLEM, PROBE_CANDIDATE, 0, None, measure=False)
         if not r.numerics_ok:
             lane.transport = "host"
-            lane.transport_note = f"CUDA IPC probe failed ({r.error_kind}: {r.error[:300]}); using host copies"
+            lane.transport_note = f"CUDA IPC probe failed ({r.error_kind}: {r.error[-600:]}); using host copies"  # the end says what failed
 
     def close(self) -> None:
         with self._lock:
