@@ -172,7 +172,8 @@ class Evaluator:
         r = evaluate_on(self, lane, PROBE_PROBLEM, PROBE_CANDIDATE, 0, None, measure=False)
         if not r.numerics_ok:
             lane.transport = "host"
-            lane.transport_note = f"CUDA IPC probe failed ({r.error_kind}: {r.error[-600:]}); using host copies"  # the end says what failed
+            # the error's end says what failed (a traceback's last lines)
+            lane.transport_note = f"CUDA IPC probe failed ({r.error_kind}: {r.error[-600:]}); using host copies"
 
     def close(self) -> None:
         with self._lock:
