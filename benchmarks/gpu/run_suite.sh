@@ -6,7 +6,8 @@
 #   (a `!` after the name: stop the suite when that job fails)
 #
 # Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchold (the tree in .gpu/old, side by side),
-# memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution, lineage, ipcrelease.
+# memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution, lineage, ipcrelease,
+# underload ($UNDERLOAD_ARGS; multi-GPU), cluster ($CLUSTER_MODES, e.g. "local local-dask:1 local-dask:2 local-dask:4").
 # Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms).
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
 set -u
@@ -47,6 +48,8 @@ job_cmd() {
     genopts)    echo "python3 benchmarks/gpu/generation_options.py" ;;
     fsdp)       echo "python3 benchmarks/gpu/fsdp_step.py ${FSDP_ARGS:-}" ;;
     learning)   echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-}" ;;
+    underload)  echo "python3 benchmarks/gpu/self_speedup_under_load.py ${UNDERLOAD_ARGS:-}" ;;
+    cluster)    echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --modes ${CLUSTER_MODES:-local local-dask:1 local-dask:2} --out $2/kernelgym_cluster_bench.txt" ;;
     ipcrelease) echo "python3 benchmarks/gpu/ipc_release_check.py" ;;
     gputests)   echo "python3 -m pytest -q -m gpu tests/kernelgym tests/data_prep tests/skills -p no:cacheprovider" ;;
     *) return 1 ;;
