@@ -5,6 +5,7 @@
     davinci-kernel eval --problem FILE --candidate FILE [--device cpu|cuda] [--timeout S] [--json]
     davinci-kernel skills list [--version V] [--json] | skills show ID [--version V]
     davinci-kernel skills lineage --kernel K [--problem P] [--admit] [--replay FILE]   lineage-derived skills
+    davinci-kernel skills materialise --skill ID_OR_FILE --problem P (--checkpoint DIR | --replay FILE)   apply one skill
     davinci-kernel evolve --problem P [--generations N] [--kernel FILE] [--mutator rules|replay|policy] [--replay FILE]
     davinci-kernel runs [--limit N]                                   pipeline runs: time, status, overrides, fast_1
     davinci-kernel config [--profile NAME] [--set ...]                print the resolved profile
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("skill_id")
     show.add_argument("--version", default="latest")
     _lineage_parser(skills_sub)
+    _materialise_parser(skills_sub)
     _evolve_parser(sub)
 
     runs = sub.add_parser("runs", help="list pipeline runs in the MLflow store")
@@ -139,6 +141,19 @@ def _lineage_parser(skills_sub: Any) -> None:
     lin.add_argument("--replay", default="", metavar="FILE", help="JSONL of recorded simplifications to try after the rules")
     lin.add_argument("--admit", action="store_true", help="run the admission gate and commit admitted skills as a new library version")
     lin.add_argument("--out", default="", metavar="DIR", help="where to write candidates.jsonl and the report")
+
+
+def _materialise_parser(skills_sub: Any) -> None:
+    mat = skills_sub.add_parser("materialise", help="the policy applies one skill to one problem under the admission gate; "
+                                "records the skill's usage")
+    mat.add_argument("--skill", required=True, metavar="ID_OR_FILE",
+                     help="a library or seed skill id, or a .json/.jsonl file of one skill (e.g. from `skills lineage`)")
+    mat.add_argument("--problem", required=True, metavar="P", help="a built-in id (builtin/relu) or a KernelBench-format file")
+    mat.add_argument("--checkpoint", default="", metavar="DIR", help="the policy's checkpoint (or --replay)")
+    mat.add_argument("--replay", default="", metavar="FILE", help="JSONL of recorded answers {\"answer\": ...} (or --checkpoint)")
+    mat.add_argument("--profile", default="tiny")
+    mat.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    mat.add_argument("--out", default="", metavar="DIR", help="where to write skill.json, check.json and kernel.py")
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
@@ -264,6 +279,10 @@ def cmd_skills(args: argparse.Namespace) -> int:
         from tasks.lineage import lineage_command
 
         return lineage_command(args)
+    if args.skills_command == "materialise":
+        from tasks.materialise import materialise_command
+
+        return materialise_command(args)
     if args.skills_command == "list":
         return list_command(root, args.version, args.json)
     return show_command(root, args.skill_id, args.version)

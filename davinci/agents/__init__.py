@@ -7,6 +7,8 @@ Modules:
   parsers    `extract_code` -> `CodeParse` (never raises), `detect_backend_hint`
   episode    `Generation`, `Turn`, `Episode` (JSONL round trip)
   runner     `run_episodes` (selection -> policy turns -> summary, batched), `episode_metrics`
+  starts     `StartState`, `read_start_states`: RL start states (a kept revision's parent as turn 0's history)
+  materialise  `materialise`: the policy applies one skill under the admission gate (CLI `skills materialise`)
   sft_data   `sft_examples_for`: one problem + its solution -> role-tagged SFT examples
 
     from davinci.agents import run_episodes, policy_messages, extract_code

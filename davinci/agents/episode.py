@@ -122,6 +122,7 @@ class Episode:
     summary: Generation | None
     skill_candidate: dict | None  # Skill.to_dict() of the summary's candidate skill
     skill_rejection: str | None  # why the summary did not give a skill
+    start_state: str | None = None  # parent_hash of the RL start state it began from (`starts.py`); None = from scratch
 
     @property
     def solved(self) -> bool:
@@ -150,6 +151,7 @@ class Episode:
             "summary": self.summary.to_dict() if self.summary else None,
             "skill_candidate": self.skill_candidate,
             "skill_rejection": self.skill_rejection,
+            "start_state": self.start_state,
         }
 
     @classmethod
@@ -166,4 +168,5 @@ class Episode:
             summary=Generation.from_dict(d["summary"]) if d.get("summary") else None,
             skill_candidate=d.get("skill_candidate"),
             skill_rejection=d.get("skill_rejection"),
+            start_state=d.get("start_state"),
         )

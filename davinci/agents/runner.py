@@ -6,9 +6,11 @@ For each problem and each of its `group_size` samples (the group of the advantag
    parsed by `parse_rerank`; an unparsable answer falls back to the BM25 order and counts as a parse
    failure). The first `skills.select_k` become the policy's skills.
 2. Policy turns t = 0..T-1: `policy_messages` (turn t > 0 adds the last attempt and the evaluator's
-   feedback); code extracted by `extract_code` (no code = parse failure, no evaluation, and the next
-   prompt says so); all candidates of a turn are evaluated in one `evaluate_fn` call. An episode stops
-   early per `agents.stop_when` (never / correct / fast: correct with speedup >= `agents.stop_speedup`).
+   feedback; a group given an RL start state (`starts`, see `starts.py`) already has the parent program
+   and its feedback as that attempt on turn 0, as a multi-turn continuation would); code extracted by
+   `extract_code` (no code = parse failure, no evaluation, and the next prompt says so); all candidates
+   of a turn are evaluated in one `evaluate_fn` call. An episode stops early per `agents.stop_when`
+   (never / correct / fast: correct with speedup >= `agents.stop_speedup`).
 3. Summary: for each problem, its best `agents.summaries_per_problem` solved episodes (highest speedup
    first) summarize their best turn into a skill JSON, parsed by `parse_skill_json` with the episode's own
    (problem, kernel) as the skill's example; rejections keep their reason.
@@ -33,11 +35,12 @@ import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from davinci.agents.episode import Episode, Generation, Turn
 from davinci.agents.parsers import CodeParse, extract_code
 from davinci.agents.render import Attempt, policy_messages, selection_messages, summary_messages, template
+from davinci.agents.starts import StartState
 from davinci.errors import DavinciError
 from davinci.kernelgym.result import EvalResult
 from davinci.llm.types import GenerationBackend, GenOutput, Message, Sampling
@@ -65,6 +68,7 @@ class _Draft:
     summary: Generation | None = None
     skill_candidate: dict | None = None
     skill_rejection: str | None = None
+    start: StartState | None = None  # the RL start state it begins from (its parent is the first history entry)
 
     def freeze(self, epoch: int) -> Episode:
         return Episode(
@@ -79,7 +83,14 @@ class _Draft:
             summary=self.summary,
             skill_candidate=self.skill_candidate,
             skill_rejection=self.skill_rejection,
+            start_state=self.start.parent_hash if self.start else None,
         )
+
+
+def _draft(problem: Problem, epoch: int, sample: int, start: StartState | None) -> _Draft:
+    """A new episode; one with a start state has the parent as its earlier attempt, so turn 0 continues it."""
+    history = [start.attempt()] if start is not None else []
+    return _Draft(problem, episode_id(problem.id, epoch, sample), sample, history=history, start=start)
 
 
 @dataclass
@@ -325,9 +336,13 @@ def run_episodes(
     evaluate_fn: EvaluateFn,
     retriever: Any = None,
     logger: MetricLogger | None = None,
+    starts: Mapping[str, StartState] | None = None,
 ) -> list[Episode]:
-    """Episodes for every problem x group sample, in (problem, sample) order."""
-    drafts = [_Draft(p, episode_id(p.id, epoch, g), g) for p in problems for g in range(group_size)]
+    """Episodes for every problem x group sample, in (problem, sample) order. `starts` (problem id -> start
+    state): every sample of that problem's group begins from it (one prompt per group, so the group baseline
+    compares answers to the same prompt); the rest begin from scratch."""
+    starts = starts or {}
+    drafts = [_draft(p, epoch, g, starts.get(p.id)) for p in problems for g in range(group_size)]
     run = _Run(backend, profile, epoch, greedy, overlap=overlap_enabled(profile, backend))
     skills = library_skills(library)
     if retriever is None and skills:

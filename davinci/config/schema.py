@@ -80,7 +80,7 @@ RANGES: dict[str, Range] = {
     "rl.clip_ratio": Range(0, 1), "rl.clip_ratio_high": Range(0, 1), "rl.speedup_cap": POSITIVE,
     "rl.gamma": FRACTION, "rl.batch_size": AT_LEAST_1, "rl.update_passes": AT_LEAST_1,
     "rl.adam_betas": Range(0, 1, hi_open=True), "rl.hack_penalty": ANY,
-    "rl.logprob_chunk_rows": AT_LEAST_1, "rl.checkpoint_keep": AT_LEAST_1,
+    "rl.logprob_chunk_rows": AT_LEAST_1, "rl.checkpoint_keep": AT_LEAST_1, "rl.start_state_fraction": FRACTION,
     # skills
     "skills.admission_reruns": AT_LEAST_1, "skills.duplicate_threshold": FRACTION,
     "skills.admission_workers": AT_LEAST_1, "skills.admission_timed_workers": AT_LEAST_1,

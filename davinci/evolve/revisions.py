@@ -102,6 +102,9 @@ def revision_example(revision: Revision) -> Any:
 
 
 def start_state(revision: Revision) -> dict[str, Any]:
-    """An RL start state: the problem, the parent program and its feedback (the prompt the policy continues)."""
-    return {"problem_id": revision.problem.id, "parent_hash": revision.parent.code_hash, "code": revision.parent.code,
-            "feedback": revision.parent.feedback, "speedup": revision.parent.speedup}
+    """An RL start state (`agents.starts.StartState.to_dict()`): the problem, the parent program and its feedback
+    (the prompt the policy continues; the RL stage reads it back with `agents.starts.read_start_states`)."""
+    from davinci.agents.starts import StartState
+
+    parent = revision.parent
+    return StartState(revision.problem.id, parent.code_hash, parent.code, parent.feedback, parent.speedup).to_dict()

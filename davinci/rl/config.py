@@ -23,6 +23,11 @@ class RLConfig:
     # Draw the same problems every epoch (a fixed probe set: the reward curve then tracks the policy, not
     # the draw) instead of a new seeded draw per epoch.
     fixed_problems: bool = False
+    # Share of the epoch's groups that begin from an RL start state (the parent of a kept evolution revision,
+    # from the data stage's evolution/start_states.jsonl) instead of from scratch: each training problem that
+    # has start states gets one with this probability (seeded by seed and epoch), for its whole group. In
+    # [0, 1]; 0 = never. No effect when the data stage wrote no start states.
+    start_state_fraction: float = 0.25
     # Per-turn reward (davinci.rl.rewards.REWARDS): correct_plus_speedup (Dr. Kernel), kevin, sol, milestone.
     reward: str = "correct_plus_speedup"
     # Advantage estimator (davinci.rl.advantages.ADVANTAGES): trloo, grpo, reinforce_baseline.

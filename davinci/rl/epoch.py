@@ -12,6 +12,11 @@ One epoch, in order (each phase leaves files in `output_dir`, so a retried task 
                 then `epoch_outputs.json` last. A re-run on a complete folder returns the saved outputs
                 without loading anything (idempotent); `_resume/` is removed once the epoch is complete.
 
+RL start states (`EpochInputs.start_states`, the data stage's evolution/start_states.jsonl): a seeded share
+`rl.start_state_fraction` of the training problems that have one begin their whole group from a kept
+revision's parent (`rollout.assign_start_states`; held-out problems never); logged as
+`rollout/start_state_rollouts` (with `start_state_groups`, `start_states_available`, `start_states_heldout`).
+
 Delayed summary credit: pass the previous epoch's output folder and the skills stage's decisions
 (`credit.write_admissions`); its stored summary generations are trained now (see `credit.py`).
 
@@ -69,6 +74,10 @@ class EpochInputs:
     # frozen KL reference when rl.kl_coef > 0; "" = the checkpoint RL started from (recorded in each
     # epoch's trainer_state.pt, so epoch 0's input, typically the SFT checkpoint, stays the anchor)
     reference_dir: str = ""
+    # the data stage's evolution/start_states.jsonl ("" = none): some groups begin from a revision's parent
+    # (`rl.start_state_fraction`); problems of `heldout_problems` (its eval split JSONL) never get one
+    start_states: str = ""
+    heldout_problems: str = ""
     device: str = "auto"
     logger: MetricLogger | None = field(default=None, compare=False)
 
@@ -154,10 +163,31 @@ def _load_pending(inputs: EpochInputs) -> list[PendingSummary]:
 # Phase 1: rollouts
 
 
-def default_run_episodes(problems: list[Problem], library: Any, backend: Any, profile: Profile, epoch: int, evaluate_fn: Any) -> list[Any]:
+def default_run_episodes(problems: list[Problem], library: Any, backend: Any, profile: Profile, epoch: int, evaluate_fn: Any,
+                         starts: dict[str, Any] | None = None) -> list[Any]:
     from davinci.agents import run_episodes
 
-    return run_episodes(problems, library, backend, profile, epoch=epoch, group_size=profile.agents.group_size, greedy=False, evaluate_fn=evaluate_fn)
+    return run_episodes(problems, library, backend, profile, epoch=epoch, group_size=profile.agents.group_size, greedy=False,
+                        evaluate_fn=evaluate_fn, starts=starts)
+
+
+def _start_states(inputs: EpochInputs, problems: list[Problem]) -> ro.StartAssignment:
+    """The epoch's start states (none without a file); a malformed file fails here, before any generation."""
+    if not inputs.start_states:
+        return ro.StartAssignment({})
+    from davinci.agents.starts import read_start_states
+
+    states = read_start_states(inputs.start_states)
+    heldout = {p.id for p in load_problems(inputs.heldout_problems)} if inputs.heldout_problems else set()
+    return ro.assign_start_states(problems, states, inputs.profile.rl.start_state_fraction, seed=inputs.profile.seed,
+                                  epoch=inputs.epoch, heldout_ids=heldout)
+
+
+def _start_metrics(assignment: ro.StartAssignment, episodes: Sequence[Any]) -> dict[str, float]:
+    """How many rollouts (episodes) and groups began from a start state, of how many states available."""
+    return {"start_state_rollouts": float(sum(getattr(e, "start_state", None) is not None for e in episodes)),
+            "start_state_groups": float(len(assignment.starts)), "start_states_available": float(assignment.available),
+            "start_states_heldout": float(assignment.heldout)}
 
 
 def default_evaluate(profile: Profile) -> Any:
@@ -182,7 +212,8 @@ def default_make_backend(backbone: Any, profile: Profile) -> Any:
 class Collaborators:
     """What an epoch calls out to. The defaults are the real ones; a test passes its own (no patching).
 
-    run_episodes(problems, library, backend, profile, epoch, evaluate_fn) -> list[Episode]
+    run_episodes(problems, library, backend, profile, epoch, evaluate_fn[, starts=]) -> list[Episode]
+                                                  (starts= is passed only when some group has a start state)
     make_backend(backbone, profile) -> GenerationBackend        (the rollouts' generator)
     evaluate(profile) -> EvaluateFn                              (kernelgym.evaluate_batch by default)
     sync_weights(backend, checkpoint_dir, profile, global_step=) -> served version ("" in process)
@@ -204,13 +235,16 @@ def _agent_metrics(episodes: Sequence[Any]) -> dict[str, float]:
 def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, co: Collaborators, global_step: int) -> dict[str, Any]:
     profile, cfg = inputs.profile, inputs.profile.rl
     problems = ro.select_problems(load_problems(inputs.problems), cfg, seed=profile.seed, epoch=inputs.epoch)
+    assignment = _start_states(inputs, problems)
     generator = co.make_backend(backbone, profile)
     served_version = co.sync_weights(generator, inputs.checkpoint_dir, profile, global_step=global_step)  # stale -> raises
     backend = ro.TimedBackend(generator, lambda t: len(backbone.encode_text(t)))
     evaluate = ro.TimedCall(co.evaluate(profile))
     _seed_everything(profile.seed, inputs.epoch)
     t0 = time.perf_counter()
-    episodes = co.run_episodes(problems, library, backend, profile, inputs.epoch, evaluate)
+    # starts= only when some group has one, so an injected runner without the keyword keeps working
+    episodes = co.run_episodes(problems, library, backend, profile, inputs.epoch, evaluate,
+                               **({"starts": assignment.starts} if assignment.starts else {}))
     rollout_s = time.perf_counter() - t0
     pending = _load_pending(inputs)
     admissions = read_admissions(inputs.admissions_path) if inputs.admissions_path else []
@@ -226,7 +260,8 @@ def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, 
     digest = write_jsonl(out / ro.SAMPLES, [s.to_dict() for s in scored.samples])
     write_jsonl(out / ro.PENDING, [p.to_dict() for p in to_pending(episodes, scored.summaries)])
     write_jsonl(out / ro.CANDIDATES, ro.candidate_rows(episodes))
-    metrics = {**ro.rollout_metrics(episodes, rewards, scored.samples), **counts, **_agent_metrics(episodes)}
+    metrics = {**ro.rollout_metrics(episodes, rewards, scored.samples), **counts, **_agent_metrics(episodes),
+               **_start_metrics(assignment, episodes)}
     metrics["summary_reward_mean"] = sum(summary_r) / len(summary_r) if summary_r else 0.0
     metrics["rollout_kl"], metrics["rollout_kl_tokens"] = scored.rollout_kl, float(scored.rollout_kl_tokens)
     metrics["summaries_credited"] = float(len(summary_r))

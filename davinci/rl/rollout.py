@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -154,6 +155,45 @@ def select_problems(problems: Sequence[Any], cfg: RLConfig, *, seed: int, epoch:
     draw = 0 if cfg.fixed_problems else epoch
     order = np.random.default_rng([seed, draw, 7]).permutation(len(problems))[:k]
     return [problems[int(i)] for i in sorted(order)]
+
+
+@dataclass(frozen=True)
+class StartAssignment:
+    """Which groups of an epoch begin from an RL start state (`davinci.agents.starts`)."""
+
+    starts: dict[str, Any]  # problem id -> the StartState its whole group begins from
+    available: int = 0  # start states of this epoch's problems
+    heldout: int = 0  # start states dropped because their problem is held out
+
+
+def assign_start_states(problems: Sequence[Any], states: Sequence[Any], fraction: float, *, seed: int, epoch: int,
+                        heldout_ids: frozenset[str] | set[str] = frozenset()) -> StartAssignment:
+    """Each of `problems` with start states begins from one with probability `fraction` (whole group).
+
+    A state whose problem is held out (`heldout_ids`, the data stage's eval split) is never used, even if its
+    problem were among `problems`. The draw for a problem depends only on (seed, epoch, problem id), so a
+    retried epoch, or an epoch with other problems beside it, assigns the same.
+
+    >>> from davinci.agents.starts import StartState
+    >>> s = [StartState("a", "h1", "code", "correct"), StartState("b", "h2", "code", "correct")]
+    >>> sorted(assign_start_states([type("P", (), {"id": i}) for i in "ab"], s, 1.0, seed=0, epoch=0, heldout_ids={"b"}).starts)
+    ['a']
+    """
+    by_problem: dict[str, list[Any]] = {}
+    heldout = 0
+    for state in states:
+        if state.problem_id in heldout_ids:
+            heldout += 1
+            continue
+        by_problem.setdefault(state.problem_id, []).append(state)
+    starts, available = {}, 0
+    for p in problems:
+        mine = by_problem.get(p.id, [])
+        available += len(mine)
+        rng = np.random.default_rng([seed, epoch, 13, zlib.crc32(p.id.encode())])
+        if mine and rng.random() < fraction:
+            starts[p.id] = mine[int(rng.integers(len(mine)))]
+    return StartAssignment(starts, available, heldout)
 
 
 # ---------------------------------------------------------------------------------------------------

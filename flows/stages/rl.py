@@ -5,6 +5,12 @@ before the next epoch, the update-library task verifies the epoch's candidate sk
 commits a new library version; its admission decisions give the summary agent its delayed credit. The
 last epoch's candidates go to the skills stage. Logged: per-step metrics, a rollouts table per epoch, the
 library version each epoch used (as a table), the reward curve.
+
+RL start states: when the data stage's outputs hold `start_states` (kept evolution revisions, with
+`data.sources` including evolution), each epoch starts a seeded share `rl.start_state_fraction` of the
+training groups that have one from the revision's parent (`davinci.rl.epoch`); the data stage's eval split
+is passed along so a held-out problem never gets one. Logged per epoch: `start_states/rollouts` and
+`start_states/groups` (step = epoch).
 """
 
 from __future__ import annotations
@@ -91,6 +97,7 @@ def _run_epochs(env: StageEnv, run_id: str, folder: Path, data: StageOutputs, ch
             checkpoint_dir=checkpoint, output_dir=str(folder / f"epoch_{epoch:03d}"), store_root=env.skill_store,
             library_version=version, problems_path=str(data.path("train")), profile=rl_profile, epoch=epoch,
             previous_epoch_dir=previous, admissions_path=admissions, run_ref=env.run_ref(run_id), return_state=True,
+            **_start_state_paths(data),
         )
         out = state.result()
         if state.name == "Cached":
@@ -115,6 +122,13 @@ def _run_epochs(env: StageEnv, run_id: str, folder: Path, data: StageOutputs, ch
     return epochs
 
 
+def _start_state_paths(data: StageOutputs) -> dict[str, str]:
+    """The rl-epoch task's start-state inputs: the data stage's start states (if any) and its held-out split."""
+    if "start_states" not in data.files:
+        return {}  # no keywords: the task's cache key stays what it was for data without start states
+    return {"start_states_path": str(data.path("start_states")), "heldout_path": str(data.path("eval"))}
+
+
 def _report_epoch(env: StageEnv, run_id: str, epoch: int, out: dict[str, Any]) -> None:
     """The epoch's console line, its rollouts table and its episodes as traces (with their share of the epoch)."""
     m, timing = out["metrics"], out["timing"]
@@ -122,6 +136,12 @@ def _report_epoch(env: StageEnv, run_id: str, epoch: int, out: dict[str, Any]) -
             f"solved {m.get('episode_solved_rate', 0):.2f}, {timing['steps']} steps, "
             f"gen {timing['generation_s']:.0f}s eval {timing['evaluation_s']:.0f}s update {timing['update_s']:.0f}s "
             f"overlap {timing.get('overlap_s', 0.0):.0f}s")
+    # rollouts begun from an RL start state (kept evolution revisions); 0 when the data stage had none
+    env.store.log_metrics(run_id, {"start_states/rollouts": m.get("start_state_rollouts", 0.0),
+                                   "start_states/groups": m.get("start_state_groups", 0.0)}, step=epoch)
+    if m.get("start_state_rollouts"):
+        env.say(f"epoch {epoch}: {m['start_state_rollouts']:.0f} rollouts ({m.get('start_state_groups', 0):.0f} groups) "
+                f"began from evolution start states")
     rollouts = Path(out["rollouts_path"])
     env.store.log_table(run_id, _rollout_table(rollouts), f"rollouts/epoch_{epoch:03d}.json")
     stats = trace_episodes(env, run_id, rollouts)
