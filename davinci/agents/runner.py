@@ -84,6 +84,7 @@ class _Draft:
             skill_candidate=self.skill_candidate,
             skill_rejection=self.skill_rejection,
             start_state=self.start.parent_hash if self.start else None,
+            start_speedup=self.start.speedup if self.start else None,
         )
 
 
@@ -171,10 +172,16 @@ def select_skills(drafts: list[_Draft], retriever: Any, run: _Run) -> None:
         d.selection = Generation("selection", tuple(prompt), out, result.ok)
 
 
-def stops(turn: Turn, cfg: Any) -> bool:
-    """The early-stop rule (`agents.stop_when`): does this turn end its episode? (rl.rewards absorbs it.)"""
+def stops(turn: Turn, cfg: Any, start: StartState | None = None) -> bool:
+    """The early-stop rule (`agents.stop_when`): does this turn end its episode? (rl.rewards absorbs it.) An
+    episode that revises a start state stops only at an improvement on its parent (`rewards.improves`): the
+    parent itself is already correct, and stopping on it would end the episode on an echo."""
     if cfg.stop_when == "never" or not turn.correct:
         return False
+    if start is not None and start.speedup is not None:
+        from davinci.rl.rewards import Parent, improves
+
+        return improves(turn.result, Parent(start.parent_hash, start.speedup))
     return cfg.stop_when == "correct" or (turn.speedup or 0.0) >= cfg.stop_speedup
 
 
@@ -288,7 +295,7 @@ def policy_turn(drafts: list[_Draft], index: int, evaluate_fn: EvaluateFn, run: 
         d.turns.append(turn)
         feedback = result.feedback if result is not None else template("policy_noparse").template
         d.history.append(Attempt(cand.code if cand else None, out.text, feedback, turn.correct))
-        d.done = stops(turn, cfg)
+        d.done = stops(turn, cfg, d.start)
 
 
 def _summary_drafts(drafts: list[_Draft], per_problem: int) -> list[_Draft]:

@@ -15,7 +15,9 @@ One epoch, in order (each phase leaves files in `output_dir`, so a retried task 
 RL start states (`EpochInputs.start_states`, the data stage's evolution/start_states.jsonl): a seeded share
 `rl.start_state_fraction` of the training problems that have one begin their whole group from a kept
 revision's parent (`rollout.assign_start_states`; held-out problems never); logged as
-`rollout/start_state_rollouts` (with `start_state_groups`, `start_states_available`, `start_states_heldout`).
+`rollout/start_state_rollouts` (with `start_state_groups`, `start_states_available`, `start_states_heldout`,
+`start_states_unmeasured`). A start-state episode is a revision: its turns are scored by their gain over the
+parent (`rewards.revision_score`), so echoing the parent earns what a failure earns.
 
 Delayed summary credit: pass the previous epoch's output folder and the skills stage's decisions
 (`credit.write_admissions`); its stored summary generations are trained now (see `credit.py`).
@@ -179,15 +181,17 @@ def _start_states(inputs: EpochInputs, problems: list[Problem]) -> ro.StartAssig
 
     states = read_start_states(inputs.start_states)
     heldout = {p.id for p in load_problems(inputs.heldout_problems)} if inputs.heldout_problems else set()
-    return ro.assign_start_states(problems, states, inputs.profile.rl.start_state_fraction, seed=inputs.profile.seed,
-                                  epoch=inputs.epoch, heldout_ids=heldout)
+    rl = inputs.profile.rl
+    # a fixed probe set keeps its starts too: the reward curve then tracks the policy, not the draw
+    return ro.assign_start_states(problems, states, rl.start_state_fraction, seed=inputs.profile.seed,
+                                  epoch=0 if rl.fixed_problems else inputs.epoch, heldout_ids=heldout)
 
 
 def _start_metrics(assignment: ro.StartAssignment, episodes: Sequence[Any]) -> dict[str, float]:
     """How many rollouts (episodes) and groups began from a start state, of how many states available."""
-    return {"start_state_rollouts": float(sum(getattr(e, "start_state", None) is not None for e in episodes)),
+    return {"start_state_rollouts": float(sum(e.start_state is not None for e in episodes)),
             "start_state_groups": float(len(assignment.starts)), "start_states_available": float(assignment.available),
-            "start_states_heldout": float(assignment.heldout)}
+            "start_states_heldout": float(assignment.heldout), "start_states_unmeasured": float(assignment.unmeasured)}
 
 
 def default_evaluate(profile: Profile) -> Any:

@@ -45,12 +45,14 @@ class LibraryUpdate:
 
 
 def transfer_cases(records: Sequence[RolloutRecord], problems: Mapping[str, Problem]) -> list[Any]:
-    """(problem, its first correct candidate, selected skill ids) for every episode that solved its problem."""
+    """(problem, its first correct candidate, selected skill ids) for every from-scratch episode that solved its problem."""
     from davinci.skills import TransferCase
 
     cases = []
     for rec in records:
         ep = rec.episode
+        if ep.start_state is not None:  # it began from a correct parent: "solved" says nothing about its skills
+            continue
         problem = problems.get(ep.problem_id)
         solved = [t for t in ep.turns if t.correct and t.candidate is not None]
         if problem is None or not solved or not ep.selected_ids:
@@ -60,13 +62,14 @@ def transfer_cases(records: Sequence[RolloutRecord], problems: Mapping[str, Prob
 
 
 def usage_observations(records: Sequence[RolloutRecord]) -> list[Any]:
-    """One observation per episode: retrieved and selected skills, best turn score, success."""
+    """One observation per from-scratch episode: retrieved and selected skills, best turn score, success."""
     from davinci.skills import UsageObservation
 
     return [
         UsageObservation(tuple(r.episode.bm25_ids), tuple(r.episode.selected_ids), float(max(r.rewards.turn_scores or (0.0,))),
                          r.episode.solved, r.episode.problem_id)
         for r in records
+        if r.episode.start_state is None  # a revision began from a correct parent: its success is not the skills'
     ]
 
 

@@ -227,15 +227,67 @@ class EpisodeRewards:
         return cls(tuple(d["turn_scores"]), tuple(d["turn_returns"]), float(d["selection"]))
 
 
-def episode_rewards(turn_results: Sequence[EvalResult | None], cfg: RLConfig, horizon: int = 0) -> EpisodeRewards:
-    """Score each turn, pad to `horizon` turns (absorbing early stop; 0 = no padding), discount.
+@dataclass(frozen=True)
+class Parent:
+    """The program a revision episode starts from (an RL start state): its code hash and measured speedup."""
+
+    code_hash: str
+    speedup: float
+
+
+def improves(result: EvalResult | None, parent: Parent) -> bool:
+    """A revision turn's success: correct, unflagged, other code than the parent, and faster than the parent
+    beyond the timing noise (the lower end of its speedup CI above the parent's speedup; the point estimate
+    when the evaluator gave no CI).
+
+    >>> p = Parent("h0", 2.0)
+    >>> improves(minimal_result(True, 2.4, speedup_ci=(2.2, 2.6)), p), improves(minimal_result(True, 2.1, speedup_ci=(1.9, 2.3)), p)
+    (True, False)
+    >>> improves(minimal_result(True, 2.4, candidate_hash="h0"), p)  # the parent sent back
+    False
+    """
+    if not is_correct(result) or is_flagged(result) or result.candidate_hash == parent.code_hash:
+        return False
+    point = speedup_of(result)
+    low = _finite(result.speedup_ci[0]) if result.speedup_ci else point
+    return point is not None and low is not None and low > parent.speedup
+
+
+def revision_score(result: EvalResult | None, parent: Parent, cfg: RLConfig) -> float:
+    """Per-turn score of an episode that starts from `parent` (a kept revision's parent, shown as turn 0's history).
+
+    An improvement (`improves`) earns what a correct answer earns from scratch plus its gain over the parent
+    in the reward's own terms; anything else, the parent sent back, a correct kernel no faster than it, a
+    failure, earns the failure score; a flagged hack the hack penalty. Scoring such episodes like scratch
+    ones would pay the parent's speedup for echoing it: copying out-earned every failed attempt to improve.
+
+    >>> cfg = RLConfig(reward="kevin")
+    >>> revision_score(minimal_result(True, 2.0, candidate_hash="h0"), Parent("h0", 2.0), cfg)  # the copy
+    0.0
+    >>> round(revision_score(minimal_result(True, 2.5), Parent("h0", 2.0), cfg), 6)  # 0.3 for correct + 0.5 gained
+    0.8
+    """
+    spec = REWARDS.get(cfg.reward)
+    if is_flagged(result):
+        return cfg.hack_penalty
+    if not improves(result, parent):
+        return spec.fail_score
+    correct_credit = spec(minimal_result(True, None), cfg) - spec.fail_score
+    gain = spec(result, cfg) - spec(minimal_result(True, parent.speedup), cfg)
+    return spec.fail_score + correct_credit + max(gain, 0.0)
+
+
+def episode_rewards(turn_results: Sequence[EvalResult | None], cfg: RLConfig, horizon: int = 0,
+                    parent: Parent | None = None) -> EpisodeRewards:
+    """Score each turn, pad to `horizon` turns (absorbing early stop; 0 = no padding), discount. An episode that
+    starts from `parent` (an RL start state) is scored by `revision_score`.
 
     >>> r = episode_rewards([None, minimal_result(True, 1.0)], RLConfig(reward="kevin"), horizon=3)
     >>> r.turn_scores, [round(x, 6) for x in r.turn_returns], r.selection
     ((0.0, 1.3), [0.728, 1.82], 1.3)
     """
     spec = REWARDS.get(cfg.reward)
-    scores = [float(spec(res, cfg)) for res in turn_results]
+    scores = [float(spec(res, cfg) if parent is None else revision_score(res, parent, cfg)) for res in turn_results]
     returns = discounted_returns(absorbing_scores(scores, horizon), resolve_gamma(cfg))[: len(scores)]
     best = max(scores) if scores else 0.0
     return EpisodeRewards(tuple(scores), tuple(returns), best)

@@ -164,6 +164,7 @@ class StartAssignment:
     starts: dict[str, Any]  # problem id -> the StartState its whole group begins from
     available: int = 0  # start states of this epoch's problems
     heldout: int = 0  # start states dropped because their problem is held out
+    unmeasured: int = 0  # start states dropped because their parent has no measured speedup to improve on
 
 
 def assign_start_states(problems: Sequence[Any], states: Sequence[Any], fraction: float, *, seed: int, epoch: int,
@@ -171,19 +172,23 @@ def assign_start_states(problems: Sequence[Any], states: Sequence[Any], fraction
     """Each of `problems` with start states begins from one with probability `fraction` (whole group).
 
     A state whose problem is held out (`heldout_ids`, the data stage's eval split) is never used, even if its
-    problem were among `problems`. The draw for a problem depends only on (seed, epoch, problem id), so a
+    problem were among `problems`; nor is one whose parent has no measured speedup (a revision episode is
+    scored by its gain over the parent, `rewards.revision_score`). The draw for a problem depends only on (seed, epoch, problem id), so a
     retried epoch, or an epoch with other problems beside it, assigns the same.
 
     >>> from davinci.agents.starts import StartState
-    >>> s = [StartState("a", "h1", "code", "correct"), StartState("b", "h2", "code", "correct")]
+    >>> s = [StartState("a", "h1", "code", "correct", 1.5), StartState("b", "h2", "code", "correct", 1.2)]
     >>> sorted(assign_start_states([type("P", (), {"id": i}) for i in "ab"], s, 1.0, seed=0, epoch=0, heldout_ids={"b"}).starts)
     ['a']
     """
     by_problem: dict[str, list[Any]] = {}
-    heldout = 0
+    heldout = unmeasured = 0
     for state in states:
         if state.problem_id in heldout_ids:
             heldout += 1
+            continue
+        if state.speedup is None:
+            unmeasured += 1
             continue
         by_problem.setdefault(state.problem_id, []).append(state)
     starts, available = {}, 0
@@ -193,7 +198,7 @@ def assign_start_states(problems: Sequence[Any], states: Sequence[Any], fraction
         rng = np.random.default_rng([seed, epoch, 13, zlib.crc32(p.id.encode())])
         if mine and rng.random() < fraction:
             starts[p.id] = mine[int(rng.integers(len(mine)))]
-    return StartAssignment(starts, available, heldout)
+    return StartAssignment(starts, available, heldout, unmeasured)
 
 
 # ---------------------------------------------------------------------------------------------------

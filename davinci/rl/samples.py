@@ -155,7 +155,8 @@ def advantage_plan(
     Pure: no model, no token ids. Returns every trainable generation in order, and each episode's rewards.
     """
     cfg: RLConfig = profile.rl
-    rewards = [episode_rewards([t.result for t in ep.turns], cfg, horizon=profile.agents.turns) for ep in episodes]
+    rewards = [episode_rewards([t.result for t in ep.turns], cfg, horizon=profile.agents.turns, parent=ep.parent())
+               for ep in episodes]
     planned = [p for ep, r in zip(episodes, rewards) for p in _episode_items(ep, r)]
     planned += _summary_items(pending_summaries, summary_rewards)
     items = [p.item for p in planned]
