@@ -157,12 +157,16 @@ def capture_objects(objects: dict[str, Any]) -> dict[str, tuple[Any, dict[str, A
 
 
 def objects_changed(captured: dict[str, tuple[Any, dict[str, Any]]]) -> list[str]:
-    """`label.attr` of every watched attribute now bound to another object (or removed): a candidate that
-    found the harness's timer through frames or gc and swapped its saved clock shows up here."""
+    """`label.attr` of every watched attribute now bound to another object (or removed), and of every instance
+    attribute added since that shadows one of its class's (a method, a property): a candidate that found the
+    harness through frames or gc and swapped its saved clock, or bound its own `op_time` on the instance in
+    front of the class's, shows up here."""
     bad = []
     for label, (obj, attrs) in captured.items():
         now = getattr(obj, "__dict__", {})
         bad += [f"{label}.{name}" for name, value in attrs.items() if now.get(name, _MISSING) is not value]
+        bad += [f"{label}.{name} (shadows {type(obj).__name__}.{name})" for name in list(now)
+                if name not in attrs and any(name in vars(k) for k in type(obj).__mro__[:-1])]
     return bad
 
 

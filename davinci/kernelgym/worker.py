@@ -391,8 +391,10 @@ class Harness:
                 "threads": [*self.threads0, *guards.thread_counts()]}, []
 
     def serve(self, first_reply: dict[str, Any]) -> int:
-        ops = {"alloc": self.op_alloc, "run": self.op_run, "time": self.op_time, "warm": self.op_warm,
-               "release": self.op_release, "profile": self.op_profile, "integrity": self.op_integrity}
+        # Requests go to the class's own functions, never to attributes looked up on the instance: an `op_*` the
+        # candidate binds on the instance answers nothing (and integrity reports it); a class function it
+        # rebinds is reported by its code identity (guards.changed).
+        ops = {name: getattr(Harness, f"op_{name}") for name in REQUESTS}
         try:
             self.chan.send(first_reply)
             if not first_reply.get("ok"):
@@ -403,7 +405,7 @@ class Harness:
                 if op == "bye":
                     return 0
                 try:
-                    reply, out_blobs = ops[op](header, blobs)
+                    reply, out_blobs = ops[op](self, header, blobs)
                 except BaseException as exc:
                     reply, out_blobs = {"ok": False, "error": _tb(exc)}, []
                 self.chan.send(reply, out_blobs)
@@ -413,6 +415,8 @@ class Harness:
         except ChannelError:
             return 3
 
+
+REQUESTS = ("alloc", "run", "time", "warm", "release", "profile", "integrity")
 
 # the CPU range around the harness's own device work in a profiled round (worker._profiled)
 HARNESS_RANGE = "kernelgym::harness"
