@@ -38,6 +38,7 @@ from davinci.skills.schema import AppliesTo, Effect, Example, Measurement, Preco
 from davinci.types import Candidate, Problem, Provenance
 
 EvaluateFn = Callable[..., Any]
+NOT_APPLICABLE = "does not apply to this kernel"  # a Step's reason when the rule changed nothing
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def derive_lineage(expert: Expert, simplifications: Sequence[Simplification], ev
     for simp in simplifications:
         simpler = simp.apply(expert.code)
         if simpler is None or simpler == expert.code:
-            steps.append(Step(simp.name, simp.description, expert.code, expert.code, False, "does not apply to this kernel"))
+            steps.append(Step(simp.name, simp.description, expert.code, expert.code, False, NOT_APPLICABLE))
             continue
         t = _evaluate(expert, simpler, evaluate, gym, seed)
         steps.append(Step(simp.name, simp.description, expert.code, simpler, t.correct,

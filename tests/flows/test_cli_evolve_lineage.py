@@ -1,5 +1,6 @@
 """Bad input to `davinci-kernel evolve` and `davinci-kernel skills lineage`: one `error:` line with the fix, exit 2,
-no traceback, before Prefect or kernelgym start."""
+no traceback, before Prefect or kernelgym start. `skills lineage` logs one MLflow run (stage=lineage): FINISHED with
+its metrics and artifacts after the real command, FAILED (KILLED on Ctrl-C) when the derivation stops mid-way."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_malformed_replay_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_skills_lineage_command_admits_into_a_new_library_version(tmp_path: Path) -> None:
+def test_skills_lineage_command_admits_into_a_new_library_version(tmp_path: Path, monkeypatch) -> None:
     """The real command on a seed skill's expert kernel (kernelgym on CPU): candidates written, admitted, committed."""
     import json
 
@@ -66,3 +67,86 @@ def test_skills_lineage_command_admits_into_a_new_library_version(tmp_path: Path
     assert cand["provenance"]["kind"] == "lineage" and cand["effect"]["measurements"]
     assert "admission lineage-single-warp" in proc.stdout and "library v1: 1 lineage skill(s) admitted" in proc.stdout
     assert (out / "report.md").read_text().startswith("# Lineage of seed:triton-fuse-elementwise-chain")
+    assert (out / "lineage.png").stat().st_size > 0 and json.loads((out / "chain.json").read_text())["steps"][0]["kept"]
+
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (run,) = lineage_runs(tmp_path)
+    assert "MLflow lineage run: http" in proc.stdout and run.info.run_id in proc.stdout.splitlines()[-1]
+    assert run.info.status == "FINISHED"
+    tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
+    assert tags["stage"] == "lineage" and tags["kernel"] == "triton-fuse-elementwise-chain" and tags["library_version"] == "1"
+    assert tags["problem"] == "skill-example/triton-fuse-elementwise-chain"
+    assert params["admit"] == "True" and params["backend"] == "rules" and params["simplifications"] == "single_warp"
+    assert params["skills.admission_reruns"] == "1" and "gym.timing_min_reps" in params
+    assert {k: metrics[k] for k in ("simplifications_proposed", "simplifications_accepted", "candidate_skills", "admitted")} \
+        == {"simplifications_proposed": 1.0, "simplifications_accepted": 1.0, "candidate_skills": 1.0, "admitted": 1.0}
+    assert metrics["step/single_warp/ci_low"] <= metrics["step/single_warp/speedup"] <= metrics["step/single_warp/ci_high"]
+    client = MlflowClient(tracking_uri=lineage_store(tmp_path).location.tracking_uri)
+    top = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"lineage.png", "chain.json", "steps_table.json", "admission_table.json", "lineage"} <= top
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "lineage")} >= {
+        "lineage/candidates.jsonl", "lineage/steps.jsonl", "lineage/report.md"}
+    local = client.download_artifacts(run.info.run_id, "steps_table.json", str(tmp_path / "dl"))
+    table = json.loads(Path(local).read_text())
+    (row,) = [dict(zip(table["columns"], r)) for r in table["data"]]
+    assert row["step"] == "single_warp" and row["ci_low"] == pytest.approx(metrics["step/single_warp/ci_low"])
+
+
+def lineage_store(home: Path):
+    """The tiny profile's MLflow store under the test's DAVINCI_HOME (as the CLI subprocess opened it)."""
+    from artifacts.home import Home
+    from davinci.config import load_profile
+    from flows.context import open_store
+
+    return open_store(load_profile("tiny"), home=Home(home))
+
+
+def lineage_runs(home: Path) -> list:
+    return lineage_store(home).search("tags.stage = 'lineage'")
+
+
+@pytest.mark.parametrize("stop,status", [(RuntimeError("kernelgym worker died"), "FAILED"), (KeyboardInterrupt(), "KILLED")])
+def test_skills_lineage_stopped_mid_way_leaves_the_run_failed(tmp_path: Path, monkeypatch, stop: BaseException,
+                                                               status: str) -> None:
+    """The derivation raises after the run is open (kernelgym dies, or Ctrl-C): the run ends FAILED (KILLED), never
+    RUNNING, with its tags and params logged; nothing is written to --out."""
+    import davinci.kernelgym
+    from flows.cli import build_parser
+    from flows.interrupt import kill_open_runs
+    from tasks.lineage import lineage_command
+
+    monkeypatch.setenv("DAVINCI_HOME", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+    def evaluate(*args, **kwargs):
+        raise stop
+
+    monkeypatch.setattr(davinci.kernelgym, "evaluate", evaluate)
+    out = tmp_path / "lineage"
+    args = build_parser().parse_args(["skills", "lineage", "--kernel", "triton-fuse-elementwise-chain", "--out", str(out)])
+    with pytest.raises(type(stop)):
+        lineage_command(args)
+    (run,) = lineage_runs(tmp_path)
+    assert run.info.status == status and run.info.end_time is not None
+    assert run.data.tags["stage"] == "lineage" and run.data.params["admit"] == "False"
+    assert not (out / "candidates.jsonl").exists()
+    assert kill_open_runs() == []  # untracked: the interrupt handler has nothing left to mark
+
+
+@pytest.mark.slow
+def test_skills_lineage_incorrect_expert_is_one_error_line_and_a_failed_run(tmp_path: Path, monkeypatch) -> None:
+    """An expert kernel kernelgym finds incorrect is the user's error found mid-way: one `error:` line with the fix,
+    exit 2, no traceback, and the run that was already open ends FAILED."""
+    from data_prep.builtin import builtin_problems
+
+    relu = {p.id: p for p in builtin_problems()}["builtin/relu"]
+    bad = tmp_path / "bad.py"
+    bad.write_text(relu.reference_solution.replace("tl.maximum(x, 0.0)", "x"))
+    proc = cli(tmp_path, "skills", "lineage", "--kernel", str(bad), "--problem", "relu", "--out", str(tmp_path / "out"))
+    assert_clean_failure(proc, f"error: the expert kernel (file:{bad}) is not correct on builtin/relu", "fix:")
+    assert proc.returncode == 2
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (run,) = lineage_runs(tmp_path)
+    assert run.info.status == "FAILED" and run.data.tags["problem"] == "builtin/relu"
