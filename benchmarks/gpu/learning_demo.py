@@ -237,8 +237,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     flip_ckpt, _ = rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)
     cont_ckpt = sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))
     after = heldout_correct(profile, rl_ckpt, held, work / "eval_rl")
+    log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
     after_sft = heldout_correct(profile, cont_ckpt, held, work / "eval_sft")
+    log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
     after_flip = heldout_correct(profile, flip_ckpt, held, work / "eval_flipped")
+    log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
     diff, lo, hi = paired_bootstrap_ci(before, after, seed=args.seed)
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     summary = {
