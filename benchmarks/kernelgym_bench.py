@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu.kernelgym_common import (Clock, config, load_level_problem, log, reference_as_candidate,  # noqa: E402
-                                             small_overrides, table, write_json)
+                                             small_problem, table, write_json)
 from davinci.kernelgym import Evaluator  # noqa: E402
 from davinci.kernelgym.checks.runtime import RUNTIME_CHECKS  # noqa: E402
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> dict:
             + (f"\n    {lane.transport_note}" if getattr(lane, "transport_note", "") else ""))
         for rnd in range(args.rounds):
             for p in problems:
-                over = small_overrides(p) if args.small else None
+                p, over = small_problem(p) if args.small else (p, None)
                 r = ev.evaluate(p, reference_as_candidate(p), seed=rnd, shape_overrides=over)
                 rec = {"problem": p.name, "round": rnd, "wall_s": r.wall_s, "correct": r.correct,
                        "speedup": r.speedup, "speedup_ci": r.speedup_ci, "error_kind": r.error_kind,

@@ -139,6 +139,17 @@ def _row(prefix: str, result) -> list:
             result.evaluations, result.generations_done, len(result.revisions), ci_above_1]
 
 
+HEADERS = ["problem", "start x", "start lo", "best x", "best lo", "best hi", "evals", "gens", "revisions", "CI>1"]
+
+
+def _write(rows: list, summaries: list, device: str, fast_p_of_best) -> str:
+    """$OUT/evolution_gpu.{txt,json} for the problems done so far; returns the text."""
+    text = table(rows, HEADERS) + f"\n\nfast_p of the best programs: {fast_p_of_best(summaries)}\ndevice: {device}\n"
+    (out_dir() / "evolution_gpu.txt").write_text(text)
+    write_json("evolution_gpu.json", {"device": device, "rows": [dict(zip(HEADERS, r)) for r in rows], "summaries": summaries})
+    return text
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke-cpu", action="store_true", help="CPU sizes and the Triton interpreter: checks the mechanics")
@@ -169,13 +180,10 @@ def main() -> int:
             rows.append(_row(prefix, result))
             summaries.append(summary_of(result))
             log(f"{problem.id}: best {rows[-1][3]} CI low {rows[-1][4]} after {result.evaluations} evaluations ({clock():.0f} s)")
+            _write(rows, summaries, device, fast_p_of_best)  # after each problem: a suite time limit keeps the done ones
     finally:
         close_shared()
-    headers = ["problem", "start x", "start lo", "best x", "best lo", "best hi", "evals", "gens", "revisions", "CI>1"]
-    text = table(rows, headers) + f"\n\nfast_p of the best programs: {fast_p_of_best(summaries)}\ndevice: {device}\n"
-    print(text)
-    (out_dir() / "evolution_gpu.txt").write_text(text)
-    write_json("evolution_gpu.json", {"device": device, "rows": [dict(zip(headers, r)) for r in rows], "summaries": summaries})
+    print(_write(rows, summaries, device, fast_p_of_best))
     ok = any(r[-1] for r in rows)
     if not args.smoke_cpu and not ok:
         print("FAIL: no problem reached a speedup CI above 1")

@@ -107,6 +107,9 @@ def main() -> None:
             table.append((label, size, f"{tps:,.0f}", f"{tps / base:.2f}x"))
         except torch.cuda.OutOfMemoryError:
             table.append((label, batch, "OOM", "-"))
+        except Exception as exc:  # one option failing (e.g. the static cache's compile) keeps the other rows
+            table.append((label, batch, "error", "-"))
+            print(f"{label}: {type(exc).__name__}: {str(exc)[-600:]}", flush=True)
         print(f"{table[-1][0]:<36} batch {table[-1][1]:>4}  {table[-1][2]:>9} tok/s  {table[-1][3]}", flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()

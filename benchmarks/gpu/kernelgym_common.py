@@ -70,6 +70,78 @@ def small_overrides(problem: Problem, max_numel: int = 1 << 16) -> dict[str, int
     return None
 
 
+def _halve_int_tuples(code: str, times: int = 1) -> str | None:
+    """The source with every module-level tuple of int sizes (input_shape = (32768,)) halved `times` times;
+    None when there is none. Shape overrides rewrite only int constants, so these need a rewritten source."""
+    import ast
+
+    lines = code.splitlines(keepends=True)
+    edits = []
+    for node in ast.parse(code).body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple) and node.value.elts
+                and all(isinstance(e, ast.Constant) and type(e.value) is int for e in node.value.elts)):
+            continue
+        vals = [e.value for e in node.value.elts]
+        if not any(v >= 8 for v in vals) or node.value.lineno != node.value.end_lineno:
+            continue
+        new = ", ".join(str(max(1, v >> times) if v >= 8 else v) for v in vals) + ("," if len(vals) == 1 else "")
+        seg = node.value
+        edits.append((seg.lineno, seg.col_offset, seg.end_col_offset, f"({new})"))
+    if not edits:
+        return None
+    for lineno, a, b, text in sorted(edits, reverse=True):
+        line = lines[lineno - 1]
+        lines[lineno - 1] = line[:a] + text + line[b:]
+    return "".join(lines)
+
+
+def _reference_runs(code: str) -> bool:
+    """Whether the (shrunk) reference builds and runs one forward on the CPU."""
+    import torch
+
+    try:
+        ns: dict = {}
+        exec(compile(code, "<problem>", "exec"), ns)
+        with torch.no_grad():
+            ns["Model"](*ns["get_init_inputs"]())(*ns["get_inputs"]())
+        return True
+    except Exception:
+        return False
+
+
+def small_problem(problem: Problem, max_numel: int = 1 << 16) -> tuple[Problem, dict[str, int] | None]:
+    """(problem, shape overrides) whose inputs hold <= max_numel elements and whose reference still runs (CPU
+    smoke runs). Where the int constants alone cannot get there (89_cumsum, 100_HingeLoss: input_shape =
+    (32768,)), a copy of the source has its module-level int tuples halved, alone or together with the int
+    size constants (100_HingeLoss needs batch_size == input_shape[0]). (problem, None) when nothing works."""
+    import dataclasses
+
+    from davinci.kernelgym.problem import size_constants
+
+    over = small_overrides(problem, max_numel)
+    if over is not None and _reference_runs(apply_shape_overrides(problem.code, over)):
+        return problem, over
+    consts = {k: v for k, v in size_constants(problem.code).items() if v >= 8}
+    for times in range(1, 17):
+        code = _halve_int_tuples(problem.code, times)
+        if code is None:
+            break
+        cand = dataclasses.replace(problem, code=code)
+        # the tuples and the int sizes scaled together (keeps sizes that must match equal) ...
+        over = {k: max(1, v >> times) for k, v in consts.items()}
+        try:
+            shrunk = apply_shape_overrides(code, over)
+            if _input_numel(shrunk) <= max_numel and _reference_runs(shrunk):
+                return cand, over
+        except Exception:
+            pass
+        # ... or the tuples halved and the int sizes shrunk by small_overrides
+        over = small_overrides(cand, max_numel)
+        if over is not None and _reference_runs(apply_shape_overrides(code, over)):
+            return cand, over
+    return problem, None
+
+
 def out_dir() -> Path:
     path = Path(os.environ.get("OUT") or "kernelgym_out")
     path.mkdir(parents=True, exist_ok=True)

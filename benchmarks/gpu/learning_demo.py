@@ -15,7 +15,8 @@ Protocol (issue 13, item 6), every piece the engine's own code:
      greedy, `eval.turns` turns), correctness per problem; after - before paired over problems with a
      bootstrap 95% CI (`paired_bootstrap_ci`).
 Writes $OUT/summary.json (heldout_n, before, after, ci95_low, ci95_high, control_sft_after,
-control_flipped_after, device, commit, ...), $OUT/per_problem.jsonl, $OUT/learning.png, $OUT/log.txt.
+control_flipped_after, device, commit, ...), $OUT/per_problem.jsonl, $OUT/learning.png, $OUT/learning_log.txt
+(not log.txt: run_suite.sh sends the job's stdout to $OUT/log.txt, where the two writers would overwrite each other).
 
     PYTHONPATH=. OUT=benchmarks/results/h100/learning python benchmarks/gpu/learning_demo.py   # one H100, ~30 min
     PYTHONPATH=. OUT=/tmp/demo python benchmarks/gpu/learning_demo.py --smoke-cpu                 # CPU, ~5-10 min
@@ -35,6 +36,7 @@ import argparse
 import json
 import os
 import subprocess
+import tempfile
 import time
 import zlib
 from dataclasses import replace
@@ -47,7 +49,7 @@ T0 = time.perf_counter()
 def log(out: Path, msg: str) -> None:
     line = f"[{time.perf_counter() - T0:7.1f}s] {msg}"
     print(line, flush=True)
-    with (out / "log.txt").open("a") as fh:
+    with (out / "learning_log.txt").open("a") as fh:
         fh.write(line + "\n")
 
 
@@ -216,13 +218,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     out = Path(os.environ.get("OUT", "benchmarks/results/h100/learning"))
     out.mkdir(parents=True, exist_ok=True)
-    work = out / "work"
+    # checkpoints and episodes outside $OUT ($LEARNING_WORK, else a temporary folder): run_suite.sh packs every
+    # job's $OUT into one archive that must stay under 16 MiB to come back, and the checkpoints are far larger
+    work = Path(os.environ.get("LEARNING_WORK") or tempfile.mkdtemp(prefix="learning_demo_"))
     profile = build_profile(args)
     register_flipped()
     problems = list(synthesize_with_report(builtin_problems(), args.synthetic, args.seed, verify_solutions=False,
                                            pool=chain_pool(args)).problems)
     train, held = split(problems, args.heldout_every, args.heldout_max, args.split)
     probe = train[: args.probe]
+    log(out, f"work folder (checkpoints, episodes): {work}")
     log(out, f"{len(problems)} problems: {len(train)} train, {len(held)} held out (split by {args.split}), probe {len(probe)}")
     sft_ckpt = sft(profile, train, work / "sft", out, None, args.sft_steps)
     before = heldout_correct(profile, sft_ckpt, held, work / "eval_before")
@@ -232,8 +237,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     flip_ckpt, _ = rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)
     cont_ckpt = sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))
     after = heldout_correct(profile, rl_ckpt, held, work / "eval_rl")
+    log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
     after_sft = heldout_correct(profile, cont_ckpt, held, work / "eval_sft")
+    log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
     after_flip = heldout_correct(profile, flip_ckpt, held, work / "eval_flipped")
+    log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
     diff, lo, hi = paired_bootstrap_ci(before, after, seed=args.seed)
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     summary = {
@@ -245,7 +253,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     rows = [{"problem_id": p.id, "before": b, "rl": a, "sft": s, "flipped": f} for p, b, a, s, f in zip(held, before, after, after_sft, after_flip)]
     write_jsonl(out / "per_problem.jsonl", rows)
-    plot(out / "learning.png", summary)
+    try:
+        plot(out / "learning.png", summary)
+    except ImportError as exc:  # matplotlib is not on every GPU machine: summary.json holds the numbers
+        log(out, f"no plot: {exc}")
     log(out, f"held-out correct: before {summary['before']:.3f}, RL {summary['after']:.3f} (after-before {diff:+.3f}, 95% CI "
              f"[{lo:+.3f}, {hi:+.3f}]), continued SFT {summary['control_sft_after']:.3f}, flipped {summary['control_flipped_after']:.3f}")  # fmt: skip
     return summary

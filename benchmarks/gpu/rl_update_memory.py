@@ -99,12 +99,16 @@ def run_row(name: str, n_samples: int, checkpointing: bool, reference_logprobs: 
                    tokens=int(metrics["tokens"]), loss=metrics["loss"])
     except OOM:
         row.update(status="OOM", peak_gib=torch.cuda.max_memory_allocated() / 2**30)
+    except Exception as exc:  # a row that fails otherwise is reported, and the next rows still run
+        row.update(status="error", peak_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0,
+                   error=f"{type(exc).__name__}: {str(exc)[-600:]}")
     finally:
         trainer.response_logprobs = response_logprobs
         del model, opt
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
+    print(f"row done: {row}", flush=True)  # each row as it ends: a suite time limit still leaves the finished ones
     return row
 
 

@@ -6,8 +6,8 @@
 #   (a `!` after the name: stop the suite when that job fails)
 #
 # Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchold (the tree in .gpu/old, side by side),
-# memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution, lineage, ipcrelease,
-# underload ($UNDERLOAD_ARGS; multi-GPU), cluster ($CLUSTER_MODES, e.g. "local local-dask:1 local-dask:2 local-dask:4").
+# memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
+# lineage ($LINEAGE_ARGS), ipcrelease, underload ($UNDERLOAD_ARGS; multi-GPU), cluster (kernelgym_cluster_bench.py on the GPUs; $CLUSTER_ARGS, e.g. --modes local local-dask:8).
 # Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms).
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
 set -u
@@ -39,8 +39,9 @@ job_cmd() {
     seedskills) echo "python3 benchmarks/gpu/skills_admit_seed.py --budget-s ${SEED_BUDGET_S:-300}" ;;
     rl)         echo "python3 benchmarks/gpu/rl_tiny_gpu.py --budget-s ${RL_BUDGET_S:-120}" ;;
     trust)      echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py" ;;
-    evolution)  echo "python3 benchmarks/gpu/evolution_gpu.py" ;;
-    lineage)    echo "python3 benchmarks/gpu/lineage_gpu.py" ;;
+    evolution)  echo "python3 benchmarks/gpu/evolution_gpu.py ${EVOLUTION_ARGS:-}" ;;
+    lineage)    echo "python3 benchmarks/gpu/lineage_gpu.py ${LINEAGE_ARGS:-}" ;;
+    cluster)    echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --out $2/kernelgym_cluster_bench.txt ${CLUSTER_ARGS:-}" ;;
     benchnew)   echo "python3 benchmarks/kernelgym_bench.py --tag new" ;;
     benchold)   echo "cd .gpu/old && PYTHONPATH=\$PWD:\$PYTHONPATH python3 benchmarks/kernelgym_bench.py --tag old" ;;
     memory)     echo "python3 benchmarks/gpu/rl_update_memory.py" ;;
@@ -49,7 +50,6 @@ job_cmd() {
     fsdp)       echo "python3 benchmarks/gpu/fsdp_step.py ${FSDP_ARGS:-}" ;;
     learning)   echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-}" ;;
     underload)  echo "python3 benchmarks/gpu/self_speedup_under_load.py ${UNDERLOAD_ARGS:-}" ;;
-    cluster)    echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --modes ${CLUSTER_MODES:-local local-dask:1 local-dask:2} --out $2/kernelgym_cluster_bench.txt" ;;
     ipcrelease) echo "python3 benchmarks/gpu/ipc_release_check.py" ;;
     gputests)   echo "python3 -m pytest -q -m gpu tests/kernelgym tests/data_prep tests/skills -p no:cacheprovider" ;;
     *) return 1 ;;
