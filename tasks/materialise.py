@@ -53,15 +53,17 @@ def resolve_skill(spec: str, library: Any) -> tuple[Any, str]:
     seeds = {s.id: s for s in seed_skills()}
     if spec in seeds:
         return seeds[spec], "seed"
-    if Path(spec).is_file():
-        return _skill_from_file(Path(spec)), f"file:{spec}"
+    path, _, wanted = spec.partition("#")  # FILE#SKILL_ID picks one skill of a file holding several
+    if Path(path).is_file():
+        return _skill_from_file(Path(path), wanted or None), f"file:{spec}"
     known = sorted({*(library.ids() if library is not None else ()), *seeds})
     raise InputNotFound(f"unknown skill {spec!r} (not in the library, not a seed skill, not an existing file)",
                         f"use a skill id ({', '.join(known)}) or a .json/.jsonl file holding one skill "
                         "(e.g. `skills lineage`'s candidates.jsonl)")
 
 
-def _skill_from_file(path: Path) -> Any:
+def _skill_from_file(path: Path, wanted: str | None = None) -> Any:
+    """The one skill of a .json/.jsonl file, or the row whose id is `wanted` (`FILE#SKILL_ID`)."""
     from davinci.skills.schema import Skill
 
     text = path.read_text()
@@ -69,9 +71,14 @@ def _skill_from_file(path: Path) -> Any:
         rows = [json.loads(text)] if path.suffix == ".json" else [json.loads(x) for x in text.splitlines() if x.strip()]
     except json.JSONDecodeError as exc:
         raise MalformedInput(f"{path} is not JSON ({exc.msg}, line {exc.lineno})", "pass a file of Skill.to_dict() JSON") from None
+    ids = [str(r.get("id")) if isinstance(r, dict) else "?" for r in rows]
+    if wanted is not None:
+        if wanted not in ids:
+            raise InputNotFound(f"{path} has no skill {wanted!r}", f"pick one of: {', '.join(ids) or '(none)'}")
+        return Skill.from_dict(rows[ids.index(wanted)])
     if len(rows) != 1:
         raise MalformedInput(f"{path} holds {len(rows)} skills, not one",
-                             "put the one skill to materialise in its own file, or pass its id once it is in the library")
+                             f"pick one with --skill {path}#SKILL_ID (ids: {', '.join(ids)})")
     return Skill.from_dict(rows[0])
 
 
@@ -142,9 +149,9 @@ def materialise_command(args: argparse.Namespace) -> int:
     outcome, updated = materialise(problem, skill, backend, evaluate, profile.gym, profile.skills,
                                    max_new_tokens=profile.agents.max_new_tokens, seed=profile.seed)
     out = Path(args.out) if args.out else Home.current().work / "materialise" / _slug(skill.id) / _slug(problem.id)
-    recorded = record_usage(store, library, updated, origin, out)
     write_outputs(out, outcome, updated)
     run_url = log_run(profile, outcome, updated, origin, out)
+    recorded = record_usage(store, library, updated, origin, out)  # last: a failure before it records nothing
     print_result(outcome, updated, recorded, run_url)
     return 0
 
@@ -180,7 +187,7 @@ def result_metrics(outcome: Any, skill: Any) -> dict[str, float]:
 
 def applied(outcome: Any) -> bool:
     """The policy's answer had code and it compiled (a runtime or correctness failure still counts as applied)."""
-    return outcome.code is not None and "incorrect (compile)" not in outcome.check.note  # the gate's note names the stage
+    return outcome.compiled
 
 
 def log_run(profile: Any, outcome: Any, skill: Any, origin: str, out: Path) -> str:

@@ -8,6 +8,8 @@ admission gate's own check, and the skill's usage statistics record where it hel
 3. the skill comes back with `usage` updated (`update_usage`: selected once, success = the check passed,
    reward = the speedup when it passed, else 0) and one `usage` evidence record naming the problem and
    holding the check, so "where it helped" is data. A pass also yields a `TransferCase` for later admission.
+A verdict that is the machine's, the evaluator's or the problem's (`needs_gpu`, `internal`, `reference`)
+raises instead: it says nothing about the skill, and counting it would retire skills for infrastructure.
 
     outcome, skill = materialise(problem, skill, backend, kernelgym.evaluate, profile.gym, profile.skills)
 """
@@ -30,6 +32,7 @@ class Materialisation:
     code: str | None
     check: CheckRecord
     transfer: TransferCase | None
+    compiled: bool = False  # the answer had code and the evaluator built it (a runtime or numerics failure still applied it)
 
     @property
     def helped(self) -> bool:
@@ -51,11 +54,14 @@ def materialise(problem: Problem, skill: Skill, backend: Any, evaluate_fn: Calla
     """See the module docstring. Returns the outcome and the skill with its usage and evidence updated."""
     code = _generate(problem, skill, backend, max_new_tokens, seed)
     cand = Candidate(problem.id, code or "", skill.backend, Provenance(agent="materialise"))
+    compiled = False
     if code is None:
         check = CheckRecord("transfer", problem.id, False, False, seed, note="the policy's answer had no code")
     else:
         config = with_config_fields(gym, measure_performance=True, baselines=("eager",))
         result = evaluate_fn(problem, cand, config, seed=seed)
+        _judgeable(result)
+        compiled = bool(result.compiled)
         check = _judge(PlannedCheck("transfer", problem, cand, seed, (), True), result, skills_cfg.min_speedup_lower)
     reward = float(check.speedup or 0.0) if check.passed else 0.0
     obs = UsageObservation((skill.id,), (skill.id,), reward, check.passed, problem.id)
@@ -64,4 +70,20 @@ def materialise(problem: Problem, skill: Skill, backend: Any, evaluate_fn: Calla
     evidence = EvidenceRecord("usage", verdict, (check.note or "check passed",), (check,), _now())
     updated = replace(skill, usage=usage, evidence=skill.evidence + (evidence,))
     transfer = TransferCase(problem, cand, (skill.id,)) if check.passed else None
-    return Materialisation(problem.id, skill.id, code, check, transfer), updated
+    return Materialisation(problem.id, skill.id, code, check, transfer, compiled), updated
+
+
+# Verdicts that say nothing about the skill: the machine, the evaluator or the problem failed, not the answer.
+UNJUDGEABLE = {"needs_gpu": "run it where the skill's backend runs (a GPU machine for a CUDA or GPU-timed skill)",
+               "internal": "the evaluator failed: see its error, fix the machine or file an issue, and run again",
+               "reference": "the problem's own reference program failed: check the problem file, then run again"}
+
+
+def _judgeable(result: Any) -> None:
+    """Raise (recording no usage) when the verdict is the evaluator's or the problem's, not the skill's."""
+    from davinci.errors import DavinciError
+
+    fix = UNJUDGEABLE.get(result.error_kind or "")
+    if fix is not None:
+        raise DavinciError(f"the evaluator could not judge the answer ({result.error_kind}: {str(result.error)[-300:]}); "
+                           "the skill's usage was not recorded", fix)

@@ -45,3 +45,21 @@ def test_materialise_records_where_it_helped_and_where_not() -> None:
     assert not second.helped and second.transfer is None and "incorrect" in second.check.note
     assert (skill2.usage.times_selected, skill2.usage.times_succeeded) == (skill.usage.times_selected + 2, skill.usage.times_succeeded + 1)
     assert [e.decision for e in skill2.evidence[-2:]] == ["helped on builtin/relu", "did not help on builtin/relu"]
+
+
+@pytest.mark.parametrize("kind", ["needs_gpu", "internal", "reference"])
+def test_a_verdict_of_the_machine_or_the_problem_records_no_usage(kind: str) -> None:
+    """A CUDA skill on a CPU machine, a crashed evaluator or a broken reference says nothing about the skill: it
+    raises with the fix instead of counting a failure against the skill (the evaluator is a stand-in here)."""
+    from davinci.errors import DavinciError
+    from davinci.rl.rewards import minimal_result
+
+    relu = {p.id: p for p in builtin_problems()}["builtin/relu"]
+    skill = seed_skills(evidence_path=None)[0]
+    backend = ReplayBackend([f"```python\n{relu.reference_solution}\n```"])
+
+    def unavailable(problem, cand, config, seed=0):
+        return minimal_result(False, None, error_kind=kind, error=f"{kind} happened", compiled=False)
+
+    with pytest.raises(DavinciError, match=f"could not judge the answer \\({kind}"):
+        materialise(relu, skill, backend, unavailable, GymConfig(device="cpu"), SkillsConfig())

@@ -91,3 +91,18 @@ def test_malformed_replay_line_names_file_and_line(tmp_path: Path) -> None:
     bad.write_text('{"problem_id": "builtin/relu", "answer": "x"}\n{"problem": 1\n')
     proc = cli(tmp_path, "skills", "materialise", "--skill", SKILL, "--problem", "softmax", "--replay", str(bad))
     assert proc.returncode == 2 and "answers.jsonl:2 is not JSON" in proc.stderr, proc.stderr
+
+
+def test_one_skill_of_a_lineage_candidates_file_is_picked_by_id(tmp_path: Path) -> None:
+    from davinci.skills import seed_skills
+    from tasks.materialise import resolve_skill
+
+    two = [s for s in seed_skills(evidence_path=None)][:2]
+    path = tmp_path / "candidates.jsonl"
+    path.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in two))
+    skill, origin = resolve_skill(f"{path}#{two[1].id}", None)
+    assert skill.id == two[1].id and origin == f"file:{path}#{two[1].id}"
+    proc = cli(tmp_path, "skills", "materialise", "--skill", str(path), "--problem", "relu", "--replay", "x.jsonl")
+    assert proc.returncode == 2 and f"--skill {path}#SKILL_ID" in proc.stderr and two[0].id in proc.stderr, proc.stderr
+    proc = cli(tmp_path, "skills", "materialise", "--skill", f"{path}#nope", "--problem", "relu", "--replay", "x.jsonl")
+    assert proc.returncode == 2 and "has no skill 'nope'" in proc.stderr and two[1].id in proc.stderr, proc.stderr
