@@ -23,6 +23,14 @@ kind of process as the candidate (perf.py).
 
 Nothing verdict-critical is decided here: outputs are compared and timings bounded in the supervisor and
 the reference worker. The candidate's stdout/stderr go to the job's log file (read only for feedback).
+
+The request loop's entry points (`entry_points()`: the handlers, `serve`, Channel.send/recv, with their code
+objects) are taken before the candidate is imported, and requests are answered by those functions, never by
+attributes looked up later: a handler the candidate binds on the instance or the class answers nothing, and
+integrity names it (cheats c2_hp_shadow_handlers, c2_hp_class_handlers). What this cannot stop: code running
+in this process can always write frames of its own (the signing key's hmac object lives here too), so the
+evidence that comes from here (launches, coverage, PyTorch's share, integrity) raises the bar and no more;
+correctness and every timing figure are measured outside the candidate's reach.
 """
 
 from __future__ import annotations
@@ -390,30 +398,55 @@ class Harness:
                 "state_changed": guards.state_diff(self.state0, guards.global_state()),
                 "threads": [*self.threads0, *guards.thread_counts()]}, []
 
-    def serve(self, first_reply: dict[str, Any]) -> int:
-        # Requests go to the class's own functions, never to attributes looked up on the instance: an `op_*` the
-        # candidate binds on the instance answers nothing (and integrity reports it); a class function it
-        # rebinds is reported by its code identity (guards.changed).
-        ops = {name: getattr(Harness, f"op_{name}") for name in REQUESTS}
+    def serve(self, first_reply: dict[str, Any], entries: tuple) -> int:
+        """Answer requests until "bye", through `entries` (`entry_points()`, taken before the candidate was
+        imported): requests go to those functions, never to attributes looked up now on the instance or the
+        class; replies leave through that `Channel.send`; integrity also names every entry the candidate has
+        since replaced. Only plain loops, `is` and type slots here: a builtin or helper looked up by name could
+        itself have been replaced. (A candidate running arbitrary code in this process can still write frames
+        of its own: correctness and timing are measured outside it; see the module docstring.)"""
+        send = recv = None
+        for name, _, fn, _ in entries:
+            if name == "send":
+                send = fn
+            elif name == "recv":
+                recv = fn
         try:
-            self.chan.send(first_reply)
+            send(self.chan, first_reply)
             if not first_reply.get("ok"):
                 return 0
             while True:
-                header, blobs = self.chan.recv()
+                header, blobs = recv(self.chan)
                 op = header.get("op")
                 if op == "bye":
                     return 0
+                replaced = [name for name, owner, fn, code in entries
+                            if fn.__code__ is not code or owner.__dict__.get(name) is not fn]
+                handler = None
+                for name, _, fn, _ in entries:
+                    if name == f"op_{op}":
+                        handler = fn
                 try:
-                    reply, out_blobs = ops[op](self, header, blobs)
+                    if handler is None or f"op_{op}" in replaced:  # a swapped handler would run the candidate's code
+                        raise RuntimeError(f"no request {op!r}" if handler is None else f"the harness's op_{op} was replaced")
+                    reply, out_blobs = handler(self, header, blobs)
+                    if op == "integrity" and reply.get("ok"):
+                        reply["patched"] = [*reply.get("patched", []), *(f"{n} (harness entry point replaced)" for n in replaced)]
                 except BaseException as exc:
                     reply, out_blobs = {"ok": False, "error": _tb(exc)}, []
-                self.chan.send(reply, out_blobs)
+                send(self.chan, reply, out_blobs)
                 if self._collect_after:
                     self._collect_after = False
                     gc.collect(1)
         except ChannelError:
             return 3
+
+
+def entry_points() -> tuple:
+    """(name, owner class, function, code) of the harness's request handlers and Channel.send/recv, and of
+    `Harness.serve` itself: taken before the candidate is imported (`child_main`)."""
+    owners = [(Harness, f"op_{name}") for name in REQUESTS] + [(Harness, "serve"), (Channel, "send"), (Channel, "recv")]
+    return tuple((attr, owner, owner.__dict__[attr], owner.__dict__[attr].__code__) for owner, attr in owners)
 
 
 REQUESTS = ("alloc", "run", "time", "warm", "release", "profile", "integrity")
@@ -474,7 +507,9 @@ def child_main(fd: int, opts: dict[str, Any], parent_pid: int) -> int:
         return 4
     if job.get("op") != "job":
         return 2
+    entries = entry_points()  # before the candidate's code runs (harness.load imports it)
+    serve = Harness.serve
     harness = Harness(chan.sock, job, blobs, applied)
     first = harness.load(job)
     first.setdefault("sandbox", harness.sandbox)
-    return harness.serve(first)
+    return serve(harness, first, entries)
