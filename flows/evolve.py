@@ -31,7 +31,7 @@ from davinci.config import config_hash, flatten, to_dict
 from davinci.jsonl import file_digest, read_jsonl, write_jsonl
 from flows.console import say
 from flows.context import ProfileRef, open_store, prefect_ids
-from flows.interrupt import track_run, untrack_run
+from flows.interrupt import tracked_status
 
 STAGE = "evolve"
 
@@ -65,17 +65,8 @@ def evolve_run(store: Any, profile: Any, key: str, label: str) -> Iterator[str]:
     else:
         run_id = store.create_run(label, {"stage": STAGE, "run_key": key, "profile": profile.name, **prefect_ids()})
         store.log_params(run_id, {k: v for k, v in flatten(profile).items() if k.split(".")[0] in ("seed", "evolve", "gym")})
-    track_run(store, run_id, STAGE, prefect_ids().get("prefect.flow_run_id", ""))
-    status = "FAILED"
-    try:
+    with tracked_status(store, run_id, STAGE, prefect_ids().get("prefect.flow_run_id", "")):
         yield run_id
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        untrack_run(run_id)
-        store.set_status(run_id, status)
 
 
 def _log_problem(store: Any, run_id: str, out: dict[str, Any]) -> None:

@@ -25,7 +25,8 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 INTERRUPT_GRACE_S = 4.0
 
@@ -51,6 +52,22 @@ def track_run(store: Any, run_id: str, label: str, flow_run_id: str = "") -> Non
 def untrack_run(run_id: str) -> None:
     with _LOCK:
         _OPEN.pop(run_id, None)
+
+
+@contextmanager
+def tracked_status(store: Any, run_id: str, label: str, flow_run_id: str = "") -> Iterator[None]:
+    """An open MLflow run for the block: tracked for Ctrl-C, ended FINISHED, FAILED (an error) or KILLED."""
+    track_run(store, run_id, label, flow_run_id)
+    status = "FAILED"
+    try:
+        yield
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        untrack_run(run_id)
+        store.set_status(run_id, status)
 
 
 def kill_open_runs() -> list[str]:

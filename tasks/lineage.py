@@ -128,26 +128,17 @@ def lineage_run(store: Any, profile: Any, expert: Any, args: argparse.Namespace,
     Ctrl-C (also from the interrupt handler's thread, via `track_run`), FAILED on any error."""
     from davinci.config import flatten
     from flows.context import prefect_ids
-    from flows.interrupt import track_run, untrack_run
+    from flows.interrupt import tracked_status
 
     tags = {"stage": STAGE, "kernel": args.kernel, "expert_origin": expert.origin, "problem": expert.problem.id,
             "profile": profile.name, "outputs_dir": str(out), **prefect_ids()}
     run_id = store.create_run(f"lineage {args.kernel} on {expert.problem.id}", tags)
-    track_run(store, run_id, STAGE)
-    status = "FAILED"
-    try:
+    with tracked_status(store, run_id, STAGE):
         params = {k: v for k, v in flatten(profile).items() if k.split(".")[0] in ("seed", "gym", "skills")}
         store.log_params(run_id, {**params, "kernel": args.kernel, "problem": expert.problem.id, "expert_origin": expert.origin,
                                   "backend": "rules+replay" if args.replay else "rules", "replay": args.replay or "",
                                   "simplifications": ",".join(simplifications), "admit": bool(args.admit)})
         yield run_id
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        untrack_run(run_id)
-        store.set_status(run_id, status)
 
 
 def step_rows(result: Any) -> list[dict[str, Any]]:
