@@ -3,8 +3,11 @@
 One forward of the candidate runs under `PoisonMode`, a TorchDispatchMode: every aten op reached during
 the call is seen here, however the candidate reached it (`torch.relu`, `getattr(torch, "re" + "lu")`,
 `torch.ops.aten.relu.default`, code decoded and compiled at run time, a C++ extension calling aten). Ops
-that only allocate, move or re-view data (`GLUE`, plus every view op) pass through untouched; every other
-op that produces a tensor of at least `MIN_POISON_NUMEL` elements has its result overwritten with NaN. The
+of PyTorch's own namespaces that only allocate, move or re-view data (`GLUE`, plus every view op) pass
+through untouched; a custom op (another namespace) is judged by what ran inside it, not by its name: one
+during which the candidate's Triton kernels launched is its own work, one that launched none is compute;
+every compute op that produces a tensor of at least `MIN_POISON_NUMEL` elements has its result overwritten
+with NaN. The
 reference worker then compares that forward's output with the reference: an answer that still matches was
 computed by the candidate's own kernels; one that no longer matches came from PyTorch (a "fallback" behind
 a token kernel, a kernel launched on the first call only, on one element, and so on) and is flagged
@@ -42,31 +45,52 @@ GLUE = frozenset({
 MIN_POISON_NUMEL = 16
 
 
+NATIVE = ("aten", "prims")  # PyTorch's own op namespaces: classified by name (GLUE); any other is a custom op
+
+
 def _base_name(func: Any) -> str:
     """aten.relu.default -> "relu" (the overload packet's name, namespace dropped)."""
     name = getattr(getattr(func, "overloadpacket", None), "__name__", None) or str(func)
     return name.split("::")[-1].split(".")[0]
 
 
+def is_custom(func: Any) -> bool:
+    """An op outside PyTorch's namespaces (`torch.library.custom_op("mylib::clone")`): its name says nothing."""
+    return getattr(func, "namespace", "aten") not in NATIVE
+
+
 def is_compute(func: Any) -> bool:
-    """Whether an aten op computes new values (not an allocation, copy, constant fill or view)."""
+    """Whether an aten op computes new values (not an allocation, copy, constant fill or view). A custom op is
+    never glue by its name ("mylib::clone" is whatever its body does)."""
+    if is_custom(func):
+        return True
     if getattr(func, "is_view", False):
         return False
     return _base_name(func).rstrip("_") not in GLUE and _base_name(func) not in GLUE
 
 
 class PoisonMode(TorchDispatchMode):
-    """Record every aten op of the forward; overwrite large results of compute ops with NaN (see above)."""
+    """Record every aten op of the forward; overwrite large results of compute ops with NaN (see above).
 
-    def __init__(self) -> None:
+    `launches` counts the candidate's Triton launches (`guards.LaunchRecorder.count`): a custom op during which
+    the candidate's own kernels ran is its kernel wrapped as an op (`torch.library.custom_op`, `triton_op`),
+    its work, and is not poisoned; a custom op that launched none computed through PyTorch and is."""
+
+    def __init__(self, launches: Any = None) -> None:
         super().__init__()
         self.ops: dict[str, int] = {}
         self.poisoned: list[tuple[str, int]] = []
+        self.wrapped: list[str] = []  # custom ops that ran the candidate's kernels
+        self.launches = launches or (lambda: 0)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        before = self.launches()
         out = func(*args, **(kwargs or {}))
-        name = _base_name(func)
+        name = f"{func.namespace}::{_base_name(func)}" if is_custom(func) else _base_name(func)
         self.ops[name] = self.ops.get(name, 0) + 1
+        if is_custom(func) and self.launches() > before:
+            self.wrapped.append(name)
+            return out
         if not is_compute(func):
             return out
 

@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any
 
-from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, ref
+from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, ref
 
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
@@ -38,8 +38,9 @@ def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float
     r = len(sets)
     order, spot = rng.sample(range(r), r), rng.randrange(r)
     host = job.lane.transport == "host"
-    fresh, fill_blobs = ref(job, {"op": "refresh", "seed": job.timing_seed + AUDIT_SEED + n, "spot": spot,
-                                  "host": host, "dist": "native"})
+    fresh, fill_blobs, held = fresh_inputs(job, {"op": "refresh", "seed": job.timing_seed + AUDIT_SEED + n,
+                                                 "spot": spot, "host": host, "dist": "native"})
+    job.lane.thaw(held)  # stopped while its slots were rewritten; runs again as its timed request is sent
     w0 = time.monotonic()
     reply, blobs = ask(job, {"op": "time", "sets": sets, "order": order, "warmup": job.cfg.warmup_reps,
                              "fill": fresh.get("fill"), "canary_limit_ms": limit, **flags}, fill_blobs)

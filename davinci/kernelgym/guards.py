@@ -231,6 +231,10 @@ class LaunchRecorder:
         self.names: list[str] = []
         self.kernel_s = 0.0
         self.installed: list[str] = []
+        self.total = 0  # every launch since install, recording or not (accounting.PoisonMode reads it)
+
+    def count(self) -> int:
+        return self.total
 
     def start(self) -> None:
         self.names, self.kernel_s, self.active = [], 0.0, True
@@ -243,6 +247,7 @@ class LaunchRecorder:
         original, rec, perf = cls.run, self, time.perf_counter
 
         def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
+            rec.total += 1
             if not rec.active or kwargs.get("warmup"):
                 return original(fn_self, *args, **kwargs)
             rec.names.append(getattr(getattr(fn_self, "fn", None), "__name__", type(fn_self).__name__))
@@ -256,6 +261,7 @@ class LaunchRecorder:
         self.installed.append(label)
 
     def _hook(self, metadata: Any) -> None:
+        self.total += 1
         if self.active:
             data = getattr(metadata, "data", metadata)
             name = data.get("name") if isinstance(data, dict) else None

@@ -139,6 +139,21 @@ def ref(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], lis
     return reply, out
 
 
+def fresh_inputs(job: "Job", header: dict[str, Any]) -> tuple[dict[str, Any], list, list]:
+    """The reference worker's `refresh` with every candidate process stopped, and those processes (thaw them
+    right before the timed request). Over CUDA IPC the reference worker writes the candidate's input slots in
+    place: a thread of the candidate's would otherwise see the fresh values and compute the answers before its
+    timed request starts, where neither the samples nor the supervisor's wall clock see the work (host
+    transport: the values arrive inside the timed request, nothing to guard)."""
+    held = [] if job.lane.transport == "host" else job.lane.freeze_children(keep=job.twin.pids if job.twin else set())
+    try:
+        reply, blobs = ref(job, header)
+    except BaseException:
+        job.lane.thaw(held)
+        raise
+    return reply, blobs, held
+
+
 def load_problem(job: Job, force: bool = False) -> None:
     """Load the problem into the reference worker once per lane (its reply is cached on the lane)."""
     lane = job.lane

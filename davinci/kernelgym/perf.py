@@ -32,7 +32,8 @@ from typing import Any
 
 from davinci.kernelgym.baselines import DiskCache, cache_key, device_model
 from davinci.kernelgym.audit import audit_rounds
-from davinci.kernelgym.job import CandidateFailure, Job, ask, ask_twin, build_twin, gpu_phase, ref, wants_profile
+from davinci.kernelgym.job import (CandidateFailure, Job, ask, ask_twin, build_twin, fresh_inputs, gpu_phase, ref,
+                                   wants_profile)
 from davinci.kernelgym.lane import wake
 from davinci.kernelgym.sol import roofline_violation, sol_percent
 from davinci.kernelgym.stats import defended, launch_allowance, should_stop
@@ -233,11 +234,14 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     """
     host = job.lane.transport == "host"
     dist = job.cfg.distributions[rnd % len(job.cfg.distributions)]  # timed outputs are checked on each of them
-    fresh, fill_blobs = ref(job, {"op": "refresh", "seed": job.timing_seed + rnd, "spot": spot, "host": host,
-                                  "dist": dist})
+    fresh, fill_blobs, held = fresh_inputs(job, {"op": "refresh", "seed": job.timing_seed + rnd, "spot": spot,
+                                                 "host": host, "dist": dist})
     fill = (fresh.get("fill"), fill_blobs)
-    if baselines_first:
-        _time_baselines(job, sets, order, fill, live, acc)
+    try:
+        if baselines_first:
+            _time_baselines(job, sets, order, fill, live, acc)
+    finally:
+        job.lane.thaw(held)  # the candidate runs again only now, as its timed request is sent
     w0 = time.monotonic()
     # the same idle probe as the baselines get, so both sides start from the same GPU state (its value,
     # from the candidate's own process, is not trusted and not used)

@@ -191,7 +191,8 @@ class Harness:
 
     def op_run(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         slot = self.slots[h["slot"]]
-        mode = PoisonMode() if h.get("account") else None  # accounting.py: PyTorch's share of the answer
+        # accounting.py: PyTorch's share of the answer (custom ops judged by the launches inside them)
+        mode = PoisonMode(launches=self.rec.count) if h.get("account") else None
         if h.get("fill") is not None:
             if mode is not None:  # everything the process does with these inputs is accounted, the fill too
                 with mode:
@@ -317,7 +318,7 @@ class Harness:
         """An audit round (audit.py): the same timed request, its fill and calls run with every large PyTorch
         result poisoned (accounting.py) and, on the CPU, the kernels' stores recorded. Its samples are never
         used; its outputs are checked like any round's."""
-        mode = PoisonMode()
+        mode = PoisonMode(launches=self.rec.count)
         self.stores.start()
         try:
             with mode:
