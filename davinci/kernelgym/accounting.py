@@ -8,10 +8,16 @@ through untouched; a custom op (another namespace) is judged by what ran inside 
 during which the candidate's Triton kernels launched is its own work, one that launched none is compute;
 every compute op that produces a tensor of at least `MIN_POISON_NUMEL` elements has its result overwritten
 with NaN. The
-reference worker then compares that forward's output with the reference: an answer that still matches was
-computed by the candidate's own kernels; one that no longer matches came from PyTorch (a "fallback" behind
-a token kernel, a kernel launched on the first call only, on one element, and so on) and is flagged
-`torch_compute`. No name in the candidate's source is read.
+reference worker then compares that forward's output with the reference. The mode also sums the work of
+every compute op (`op_work`: FLOPs where PyTorch has a formula, else the elements touched), however small,
+against the reference forward's work counted the same way (`torch_work`, in the reference worker), and
+`torch_verdict` decides: PyTorch did most of the work (SHARE_MOST), or the answer changed under poison
+and PyTorch did at least SHARE_CHANGED of it, is `torch_compute` (a "fallback" behind a token kernel, a
+kernel launched on the first call only, answers assembled from pieces too small to poison); a changed
+answer from a small share (summing split-K partials) is advice. No name in the candidate's source is read.
+In-process, as every check of the candidate's own process is: `torch._C._DisableTorchDispatch` or a thread
+of its own hides PyTorch work from the mode (the red team's rt2_01b/rt2_02); on the CPU the store record
+(`kernel_share`) still sees an output its kernels did not write, unless a copy kernel launders it.
 
 The forward runs after timing (a later call than any the candidate saw before), on fresh inputs. Honest
 glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouched, and so is small work
@@ -69,6 +75,49 @@ def is_compute(func: Any) -> bool:
     return _base_name(func).rstrip("_") not in GLUE and _base_name(func) not in GLUE
 
 
+def op_work(func: Any, args: Any, kwargs: Any, out: Any) -> int:
+    """The work of one op: its FLOPs where PyTorch has a formula (matmul, conv, attention), else the number
+    of elements of its largest tensor argument or result (an elementwise op or a reduction touches that many).
+    Used only as a share against the reference's own work counted the same way (`torch_work`)."""
+    from torch.utils.flop_counter import flop_registry
+
+    formula = flop_registry.get(getattr(func, "overloadpacket", None))
+    if formula is not None:
+        try:
+            return int(formula(*args, **(kwargs or {}), out_val=out))
+        except Exception:
+            pass
+    sizes = [t.numel() for t in (*args, *((kwargs or {}).values()), *(out if isinstance(out, (tuple, list)) else (out,)))
+             if isinstance(t, torch.Tensor)]
+    return max(sizes, default=0)
+
+
+class WorkCounter(TorchDispatchMode):
+    """The work (`op_work`) of every compute op of a forward, summed: run in the reference worker on the
+    problem's own `Model`, the denominator of the candidate's PyTorch share."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.work = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if is_compute(func):
+            self.work += op_work(func, args, kwargs, out)
+        return out
+
+
+def torch_work(model: Any, inputs: Any) -> int:
+    """The reference forward's work, counted like the candidate's PyTorch work (0 when it cannot be counted)."""
+    try:
+        counter = WorkCounter()
+        with counter, torch.no_grad():
+            model(*inputs)
+        return counter.work
+    except Exception:
+        return 0
+
+
 class PoisonMode(TorchDispatchMode):
     """Record every aten op of the forward; overwrite large results of compute ops with NaN (see above).
 
@@ -82,6 +131,7 @@ class PoisonMode(TorchDispatchMode):
         self.poisoned: list[tuple[str, int]] = []
         self.wrapped: list[str] = []  # custom ops that ran the candidate's kernels
         self.launches = launches or (lambda: 0)
+        self.work = 0  # `op_work` of every compute op PyTorch ran for the candidate, poisoned or not
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         before = self.launches()
@@ -93,6 +143,7 @@ class PoisonMode(TorchDispatchMode):
             return out
         if not is_compute(func):
             return out
+        self.work += op_work(func, args, kwargs, out)
 
         def poison(x: Any) -> Any:
             if isinstance(x, torch.Tensor) and x.numel() >= MIN_POISON_NUMEL:
@@ -177,3 +228,31 @@ class StoreRecorder:
             idx = np.clip(np.searchsorted(uniq, out_addrs), 0, len(uniq) - 1)
             produced += int(((uniq[idx] == out_addrs) & (last[idx] == out_vals)).sum())
         return produced / total if total else None
+
+
+# PyTorch's share of the work (candidate's compute ops against the reference's, `op_work` both): at or above
+# SHARE_MOST it did most of the work whatever the poisoned answer showed; an answer that changed once
+# PyTorch's results were poisoned is `torch_compute` only from SHARE_CHANGED on (a small epilogue, such as
+# summing split-K partials, changes the answer but is not the computation).
+SHARE_CHANGED, SHARE_MOST = 0.1, 0.5
+
+
+def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None) -> tuple[str | None, str | None]:
+    """(torch_compute evidence or None, advice or None) from the poisoned forward's outcome (`changed`: why the
+    answer changed or the forward failed; None = it still matched) and the two works.
+
+    >>> torch_verdict("16384 of 16384 elements out of tolerance", 16384, 16384)[0] is not None
+    True
+    >>> torch_verdict("262144 of 262144 elements out of tolerance", 1_048_576, 268_435_456)  # a split-K epilogue
+    (None, 'PyTorch computed part of the answer (0% of the reference work): 262144 of 262144 elements out of tolerance')
+    >>> torch_verdict(None, 16384, 16384)[0] is not None  # most of the work, even unpoisoned (pieces too small)
+    True
+    """
+    if not reference_work or torch_work is None:  # nothing to weigh against: the poisoned answer decides alone
+        return changed, None
+    share = float(torch_work) / float(reference_work)
+    if share >= SHARE_MOST:
+        return f"PyTorch's own ops did {100 * share:.0f}% of the reference's work" + (f" ({changed})" if changed else ""), None
+    if changed and share >= SHARE_CHANGED:
+        return f"{changed} ({100 * share:.0f}% of the reference's work was PyTorch's)", None
+    return None, (f"PyTorch computed part of the answer ({100 * share:.0f}% of the reference work): {changed}" if changed else None)

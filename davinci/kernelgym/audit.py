@@ -23,6 +23,7 @@ import statistics
 import time
 from typing import Any
 
+from davinci.kernelgym.accounting import torch_verdict
 from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, ref
 
 AUDIT_SEED = 1 << 21
@@ -60,9 +61,11 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
     reply, _, wall, comparison = _request(job, sets, rng, 0, limit, audit=True)
     if not reply.get("ok") or not comparison:
         ev.torch_compute = ev.torch_compute or "a timed call failed once PyTorch's own results were poisoned"
-    elif not comparison["ok"]:
-        ev.torch_compute = ev.torch_compute or (
-            f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})")
+    else:
+        changed = None if comparison["ok"] else \
+            f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})"
+        flag, _ = torch_verdict(changed, reply.get("torch_work"), (job.info.get("work") or {}).get("torch_work"))
+        ev.torch_compute = ev.torch_compute or flag
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (

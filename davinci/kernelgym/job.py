@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from davinci.kernelgym.accounting import torch_verdict
 from davinci.kernelgym.backend import BackendInfo
 from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
@@ -88,6 +89,8 @@ class Job:
     advice: list[Finding] = field(default_factory=list)   # static findings shown as feedback, never flags
     timing_incomplete: str = ""                            # timing ran out after correctness held
     last_kernel_share: float | None = None                 # CPU accounting forward: output elements kernels stored
+    last_torch_work: float | None = None                   # accounting forward: work of PyTorch's compute ops
+    accounting_changed: bool = False                       # its answer changed once PyTorch's results were poisoned
     compiled: bool = False
     numerics_ok: bool = False
     trials_run: int = 0
@@ -432,6 +435,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
                              "account": account}, fill_blobs)
     ev = reply.get("evidence") or {}
     job.last_kernel_share = ev.get("kernel_share")
+    job.last_torch_work = ev.get("torch_work")
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))
@@ -486,7 +490,8 @@ def _trial(job: Job, t: int) -> bool:
             break
         if job.worst is None or c["max_abs_error"] >= job.worst["max_abs_error"]:
             job.worst = c
-    if ok and len(tags) == 2 and not job.evidence.torch_compute:  # (a changed answer is evidence already)
+    # a changed answer under poison is accounting evidence (or an accepted epilogue), not nondeterminism
+    if ok and len(tags) == 2 and not job.evidence.torch_compute and not job.accounting_changed:
         pair, _ = ref(job, {"op": "pair", "a": tags[0], "b": tags[1]})
         if not pair["comparison"]["ok"]:
             job.evidence.nondeterministic = pair["comparison"]["reason"]
@@ -507,8 +512,14 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
     kernels did not store is `host_compute` (CPU)."""
     if check is None:
         job.evidence.torch_compute = "the forward failed once PyTorch's own results were poisoned"
-    elif not check["comparison"]["ok"]:
-        job.evidence.torch_compute = f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
+    else:
+        changed = None if check["comparison"]["ok"] else \
+            f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
+        job.accounting_changed = changed is not None
+        flag, advice = torch_verdict(changed, job.last_torch_work, (job.info.get("work") or {}).get("torch_work"))
+        job.evidence.torch_compute = flag
+        if advice:
+            job.advice.append(Finding("torch_epilogue", advice))
     share = job.last_kernel_share
     if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
         job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "

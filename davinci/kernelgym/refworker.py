@@ -37,6 +37,7 @@ import torch
 from davinci.kernelgym import inputs as inp
 from davinci.kernelgym import transport
 from davinci.kernelgym.baselines import measure_program
+from davinci.kernelgym.accounting import torch_work
 from davinci.kernelgym.compare import compare_outputs, flatten_outputs, sample_pair
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.sandbox import mark_trusted_process
@@ -171,7 +172,7 @@ class RefWorker:
         st = self._state(key)
         native = inp.native_inputs(st.module.get_inputs, int(h["spec_seed"]), self.device)
         ref = st.forward(st.model, native)
-        work = count_work(st.model, native, ref)
+        work = {**count_work(st.model, native, ref), "torch_work": torch_work(st.model, native)}
         in_bytes = sum(v.numel() * v.element_size() for v in native if isinstance(v, torch.Tensor))
         out_bytes = sum(v.numel() * v.element_size() for v in ref if isinstance(v, torch.Tensor))
         out_blobs: list[Any] = []

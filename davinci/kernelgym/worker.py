@@ -227,6 +227,7 @@ class Harness:
                     "threads": [*before, *guards.thread_counts()], "launched_after": after}
         if mode is not None:
             evidence["torch_ops"] = mode.poisoned[:32]
+            evidence["torch_work"] = mode.work
             if self.stores.installed:
                 evidence["kernel_share"] = self.stores.kernel_share(leaves)
                 self.stores.stores = []
@@ -326,6 +327,7 @@ class Harness:
         finally:
             self.stores.stop()
         reply["torch_ops"] = mode.poisoned[:32]
+        reply["torch_work"] = mode.work / max(1, len(h.get("order") or ()))  # per timed call
         if self.stores.installed and reply.get("ok"):
             reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
         self.stores.stores = []
