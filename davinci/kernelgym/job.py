@@ -102,6 +102,8 @@ class Job:
     sandbox: dict[str, bool] = field(default_factory=dict)
     perf: dict[str, Any] = field(default_factory=dict)
     build_lock: int | None = None                      # fd holding the flock on this code's build folder
+    log_fd: int | None = None                          # our descriptor on the log file we created (log_tail)
+    twin_dir: Path | None = None                       # the twin's folder, under the lane's supervisor-only root
 
     def fail(self, kind: str, message: str) -> None:
         if self.error_kind is None:
@@ -198,21 +200,26 @@ def release_build_lock(job: Job) -> None:
         job.build_lock = None
 
 
-def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]]:
-    """A fresh job folder plus the candidate's persistent, content-hashed build folders; the job's paths/env."""
+def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any], int]:
+    """A fresh job folder plus the candidate's persistent, content-hashed build folders; the job's paths/env
+    and our descriptor on the candidate's log file (`log_tail` reads through it, never through the name)."""
     job_dir = lane.root / "jobs" / uuid.uuid4().hex[:12]
     build_dir = lane.build_root / candidate.code_hash
-    dirs = [job_dir, job_dir / "tmp", build_dir / "ext", build_dir / "triton", build_dir / "inductor"]
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-    # A build killed mid-way leaves torch's lock file, which would block every later build forever. We hold
-    # this code's build lock (acquire_build_lock), so no live build can own one: any lock here is stale.
-    for lock in (build_dir / "ext").glob("*/lock"):
-        lock.unlink(missing_ok=True)
+    job_dir.parent.mkdir(parents=True, exist_ok=True)  # ours: the lane's root, never writable by a candidate
+    job_dir.mkdir()  # fresh: never a folder (or a link) someone else made
+    (job_dir / "tmp").mkdir()
+    build_dir.mkdir(parents=True, exist_ok=True)  # the builds folder is ours; `<hash>` itself is made by us
+    # A build folder is written by earlier candidates of this code: drop every link, FIFO, device or hard link
+    # they left before anything of ours walks it, and torch's stale `lock` files (we hold this code's build
+    # lock, so no live build owns one). Done without following a link (scrub_build_dir).
+    scrub_build_dir(build_dir, stale_locks=True)
+    for sub in ("ext", "triton", "inductor"):
+        _real_dir(build_dir, sub)
     if lane.triton_template is not None:  # Triton's driver utilities, built once by the reference worker
         shutil.copytree(lane.triton_template, build_dir / "triton", dirs_exist_ok=True,
-                        ignore=lambda d, names: [n for n in names if (build_dir / "triton" / Path(d).relative_to(
-                            lane.triton_template) / n).exists()])
+                        ignore=lambda d, names: [n for n in names if os.path.lexists(
+                            build_dir / "triton" / Path(d).relative_to(lane.triton_template) / n)])
+    log_fd = create_log(job_dir / "log.txt", lane.user)
     if lane.user:
         os.chmod(job_dir.parent, 0o711)
         os.chown(job_dir, *lane.user)
@@ -228,7 +235,63 @@ def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]
         env["TORCH_CUDA_ARCH_LIST"] = lane.arch_list
     paths = {"path": str(path), "log": str(job_dir / "log.txt"), "env": env,
              "module": f"candidate_{candidate.code_hash}", "confine": confine_paths(lane, [job_dir, build_dir])}
-    return job_dir, paths
+    return job_dir, paths, log_fd
+
+
+def create_log(path: Path, user: tuple[int, int] | None) -> int:
+    """Create a worker's log file ourselves (never one that exists: O_EXCL, no link followed) and return our
+    descriptor on it. The worker opens the same inode by name before any candidate code runs; whatever the
+    candidate later does to the name (a symlink to a root-only file or /proc/self/environ, a FIFO), we read
+    only the regular file we made, through this descriptor."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    if user:
+        os.fchown(fd, *user)
+    return fd
+
+
+def _real_dir(parent: Path, name: str) -> None:
+    """`parent/name` as a real folder: whatever else an earlier candidate left under that name goes."""
+    path = parent / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        path.mkdir()
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        path.unlink()
+        path.mkdir()
+
+
+def scrub_build_dir(top: Path, stale_locks: bool = False) -> int:
+    """Remove from a candidate-written build folder everything that is not a regular file or a folder (links,
+    FIFOs, sockets, devices) and every regular file with more than one hard link; with `stale_locks`, torch's
+    `lock` files too. Walks without following links (`fwalk`, entries removed relative to their parent's
+    descriptor), so nothing outside `top` is ever touched. Returns the bytes the remaining files hold."""
+    total = 0
+    try:
+        walker = os.fwalk(top, topdown=True, follow_symlinks=False)
+        for _root, dirs, files, root_fd in walker:
+            for name in list(dirs) + files:
+                try:
+                    st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    continue
+                stale = stale_locks and name == "lock" and Path(_root).parent == top / "ext"  # ext/<name>/lock
+                keep = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and not stale
+                if keep:
+                    total += st.st_blocks * 512
+                    continue
+                try:
+                    os.unlink(name, dir_fd=root_fd)
+                except OSError:
+                    pass
+                if name in dirs:
+                    dirs.remove(name)
+    except OSError:
+        pass
+    return total
 
 
 def confine_paths(lane: Lane, writable: list[Path]) -> dict[str, Any]:
@@ -280,7 +343,7 @@ def build(job: Job) -> None:
     """Send the job and wait for import + ModelNew(...): sets job.compiled or records the failure."""
     cfg, lane = job.cfg, job.lane
     deadline = time.monotonic() + cfg.compile_timeout_s
-    job.job_dir, paths = prepare_dirs(lane, job.candidate)
+    job.job_dir, paths, job.log_fd = prepare_dirs(lane, job.candidate)
     child = job.child
     try:
         if child.ready is None:
@@ -336,14 +399,26 @@ def fork_twin(job: Job) -> None:
 def build_twin(job: Job) -> None:
     """The twin: a candidate-like process (same fork, sandbox and harness) running the problem's own `Model`
     under the candidate's init seed. Its code comes in the job message, never from a folder a candidate can
-    write; it marks itself non-dumpable. Any failure is the evaluator's (`WorkerDied`), never the candidate's."""
+    write, and its own folder (HOME, TMPDIR, log) is made by us outside every candidate's reach; it marks
+    itself non-dumpable. Any failure is the evaluator's (`WorkerDied`), never the candidate's."""
     if job.twin is None:  # not forked early (`fork_twin`), or that fork failed
         job.twin = job.lane.fork_child()
     twin, lane = job.twin, job.lane
-    folder = job.job_dir / "twin"
-    folder.mkdir(parents=True, exist_ok=True)
+    # The twin's folder lives under the lane's root (ours, mode 0711, never writable by a candidate), not in
+    # the candidate's job folder where a planted link would make us chown a host folder, or a planted FIFO
+    # would hang the twin's start: a fresh name, made by us (no exist_ok), handed over through a descriptor
+    # opened without following a link, with its log created by us too.
+    twins = lane.root / "twins"
+    twins.mkdir(mode=0o711, exist_ok=True)
+    folder = job.twin_dir = twins / uuid.uuid4().hex[:12]
+    folder.mkdir(mode=0o700)
+    os.close(create_log(folder / "log.txt", lane.user))
     if lane.user:
-        os.chown(folder, *lane.user)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchown(fd, *lane.user)
+        finally:
+            os.close(fd)
     deadline = time.monotonic() + max(60.0, job.cfg.compile_timeout_s)
     secret = os.urandom(32)
     header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
@@ -573,13 +648,14 @@ def describe_exit(status: dict[str, Any]) -> str:
 
 
 def log_tail(job: Job, limit: int = 2500) -> str:
-    if job.job_dir is None:
+    """The end of the candidate's log, read through the descriptor on the file we created (`create_log`):
+    never through its name in the candidate-writable job folder, where a link or a FIFO may stand now."""
+    if job.log_fd is None:
         return ""
     try:
-        with open(job.job_dir / "log.txt", "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
+        size = os.fstat(job.log_fd).st_size
+        start = max(0, size - limit)
+        return os.pread(job.log_fd, min(limit, size), start).decode(errors="replace")
     except OSError:
         return ""
 
@@ -587,6 +663,11 @@ def log_tail(job: Job, limit: int = 2500) -> str:
 def cleanup(job: Job) -> None:
     """After the candidate's process is gone: drop its job folder, take its build folder back, unlock it."""
     try:
+        if job.log_fd is not None:
+            os.close(job.log_fd)
+            job.log_fd = None
+        if job.twin_dir is not None:
+            shutil.rmtree(job.twin_dir, ignore_errors=True)
         if job.job_dir is not None:
             shutil.rmtree(job.job_dir, ignore_errors=True)
             release_build_dir(job.lane, job.candidate)

@@ -1,0 +1,101 @@
+"""Red-team round rt (cheats written before their defences): the supervisor must never act, as root, on a
+path a candidate could plant, nor let a candidate's frame make it allocate, nor let a candidate's data blame
+the problem, nor keep what a candidate wrote into the shared build cache.
+
+Fixtures: fixtures/cheats_rt/rt*.py, the red-team's cheats (/tmp/redteam/cheats) with the host path they
+aim at replaced by `__TARGET__` (a file or folder of this test). One adversarial property per test.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from davinci.kernelgym import Evaluator
+from davinci.types import Candidate
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+CHEATS = Path(__file__).parent / "fixtures" / "cheats_rt"
+SECRET = "TOPSECRET-ROOT-ONLY-7f3a9c"
+
+
+@pytest.fixture(scope="module")
+def rt_cheat():
+    """rt_cheat(name, problem, target="") -> the Candidate fixtures/cheats_rt/<name>.py aimed at `target`."""
+    def make(name: str, problem, target: str = "") -> Candidate:
+        code = (CHEATS / f"{name}.py").read_text().replace("__TARGET__", target)
+        return Candidate(problem_id=problem.id, code=code, backend="triton")
+    return make
+
+
+def _against_candidate(r) -> None:
+    assert not r.correct
+    assert r.error_kind not in (None, "reference", "internal"), (r.error_kind, r.error)
+
+
+# --- rt04 / rt04b / rt11: the candidate's log -------------------------------------------------------------
+
+def test_log_symlink_to_root_only_file_leaks_nothing(gym, problem, rt_cheat, tmp_path):
+    secret = tmp_path / "secret_root_only.txt"
+    secret.write_text(f"{SECRET}\napi_key=sk-live-000\n")
+    os.chmod(secret, 0o600)
+    r = gym.evaluate(problem("relu"), rt_cheat("rt04_log_symlink_read", problem("relu"), str(secret)), seed=7)
+    _against_candidate(r)
+    assert SECRET not in r.error and SECRET not in r.feedback and "api_key" not in r.feedback
+
+
+def test_log_symlink_to_proc_self_environ_leaks_no_supervisor_environment(gym, problem, rt_cheat):
+    entries = [e for e in Path("/proc/self/environ").read_bytes().decode(errors="replace").split("\0")
+               if "=" in e and len(e) >= 16]
+    r = gym.evaluate(problem("relu"), rt_cheat("rt04_log_symlink_read", problem("relu"), "/proc/self/environ"),
+                     seed=7)
+    _against_candidate(r)
+    text = r.error + r.feedback
+    assert entries and not [e for e in entries if e in text]
+
+
+def test_log_fifo_does_not_hang_the_supervisor(gym, problem, rt_cheat):
+    t0 = time.monotonic()
+    r = gym.evaluate(problem("relu"), rt_cheat("rt11_log_fifo_hang", problem("relu")), seed=7)
+    assert time.monotonic() - t0 < 90
+    _against_candidate(r)
+    assert r.error_kind == "crash"
+
+
+# --- rt05 / rt06: the reference twin's folder -------------------------------------------------------------
+
+def test_planted_twin_symlink_changes_no_host_folder(gym, problem, rt_cheat, tmp_path):
+    victim = tmp_path / "victim_dir"
+    victim.mkdir()
+    before = os.lstat(victim)
+    r = gym.evaluate(problem("relu"), rt_cheat("rt05_twin_dir_symlink_chown", problem("relu"), str(victim)), seed=7)
+    after = os.lstat(victim)
+    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == \
+        (before.st_uid, before.st_gid, stat.S_IMODE(before.st_mode))
+    assert not list(victim.iterdir())  # and the twin wrote nothing there
+    assert r.error_kind not in ("internal", "reference"), (r.error_kind, r.error)
+
+
+def test_planted_twin_log_fifo_is_not_blamed_on_the_evaluator(gym, problem, rt_cheat):
+    t0 = time.monotonic()
+    r = gym.evaluate(problem("relu"), rt_cheat("rt06_twin_log_fifo", problem("relu")), seed=7)
+    assert r.error_kind not in ("internal", "reference"), (r.error_kind, r.error)
+    assert time.monotonic() - t0 < 55  # the twin's start no longer waits out its 60 s limit
+
+
+# --- rt08: stale build locks --------------------------------------------------------------------------------
+
+def test_planted_ext_symlink_deletes_no_host_file_on_the_next_evaluation(gym, problem, rt_cheat, tmp_path):
+    victim = tmp_path / "victim_lockdir"
+    victim.mkdir()
+    (victim / "lock").write_text("keep me")
+    cand = rt_cheat("rt08_ext_lock_symlink_unlink", problem("relu"), str(victim))
+    for _ in range(2):  # GRPO groups and re-runs evaluate the same code again, in the same build folder
+        gym.evaluate(problem("relu"), cand, seed=7)
+    assert (victim / "lock").read_text() == "keep me"
