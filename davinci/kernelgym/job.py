@@ -136,6 +136,10 @@ def ref(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], lis
     if reply.get("not_loaded") and header.get("op") != "problem":
         load_problem(job, force=True)  # evicted from the worker's LRU, or the worker was restarted
         reply, out = job.lane.ref_call({**header, "key": job.key}, blobs, timeout=timeout)
+    if reply.get("candidate_error"):  # the candidate's own data failed to decode: its verdict, not the problem's
+        msg = str(reply["candidate_error"])[:500]
+        raise CandidateFailure("crash", f"the reference worker could not use the candidate's data in "
+                                        f"{header.get('op')!r}: {msg}", channel=msg)
     if not reply.get("ok"):
         raise ReferenceFailure(reply.get("error", "reference worker error"))
     return reply, out

@@ -19,6 +19,9 @@ marks itself non-dumpable (no same-user ptrace or /proc/<pid>/mem). Requests (on
     ceilings         measured copy bandwidth and matmul FLOP rates (sol.py)
     warm_triton      build Triton's driver utilities into a template cache (GPU)
     drop / health
+A failure while decoding or using data the candidate's process supplied (its slot or output descriptors)
+answers `candidate_error`: the supervisor turns it into a verdict against the candidate, never `reference`,
+which only the problem's own code failing earns.
 """
 
 from __future__ import annotations
@@ -85,6 +88,11 @@ class NotLoaded(KeyError):
     """The problem was evicted (LRU) or never loaded; the supervisor reloads it and retries."""
 
 
+class CandidateData(ValueError):
+    """Data the candidate's process supplied could not be used (a malformed descriptor, a slot that does not
+    match the inputs): the reply carries `candidate_error` and the verdict goes against the candidate."""
+
+
 class ProblemState:
     def __init__(self, key: str, code: str, init_seed: int, device: str, folder: Path) -> None:
         path = folder / f"problem_{key}.py"
@@ -143,7 +151,12 @@ class RefWorker:
         return self.problems[key]
 
     def _decode(self, descs: Any, blobs: list[Any]) -> list[Any]:
-        return transport.decode(descs, blobs, self.device)
+        """Decode descriptors the candidate's process supplied (its slots, outputs, inputs after the call):
+        any failure is the candidate's (`CandidateData`), never the problem's."""
+        try:
+            return transport.decode(descs, blobs, self.device)
+        except Exception as exc:
+            raise CandidateData(f"malformed tensor descriptors from the candidate's process: {exc!r}"[:500]) from None
 
     def op_hello(self, h: dict, blobs: list) -> tuple[dict, list]:
         info: dict[str, Any] = {"device": "cpu", "torch": torch.__version__, "pid": os.getpid()}
@@ -204,11 +217,11 @@ class RefWorker:
 
     def _write(self, targets: list[Any], values: list[Any]) -> None:
         if len(targets) != len(values):
-            raise ValueError("candidate slot does not match the inputs")
+            raise CandidateData("candidate slot does not match the inputs")
         for dst, src in zip(targets, values):
             if isinstance(src, torch.Tensor):
                 if not isinstance(dst, torch.Tensor) or dst.shape != src.shape or dst.dtype != src.dtype:
-                    raise ValueError("candidate slot buffer has the wrong shape or dtype")
+                    raise CandidateData("candidate slot buffer has the wrong shape or dtype")
                 dst.copy_(src)
         if self.cuda:
             torch.cuda.synchronize()
@@ -257,7 +270,7 @@ class RefWorker:
         else:
             st.sets = [[] for _ in range(int(h["count"]))]
         # ipc + twin: the twin's own slots, written with the same values as the candidate's every round
-        st.twin_sets = [self._decode(d, []) for d in h["twin_sets"]] if h.get("twin_sets") is not None else []
+        st.twin_sets = [transport.decode(d, [], self.device) for d in h["twin_sets"]] if h.get("twin_sets") is not None else []
         if not self.calibrated:
             self.timer.calibrate()
             self.calibrated = True
@@ -373,6 +386,8 @@ class RefWorker:
                 reply, out_blobs = ops[op](header, blobs)
             except NotLoaded:
                 reply, out_blobs = {"ok": False, "not_loaded": True, "error": "problem not loaded"}, []
+            except CandidateData as exc:  # the candidate's data, not the problem: a verdict against it
+                reply, out_blobs = {"ok": False, "candidate_error": str(exc), "error": str(exc)}, []
             except Exception as exc:
                 text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
                 reply, out_blobs = {"ok": False, "error": text, "cuda_error": "CUDA" in text or "cuda" in text}, []

@@ -99,3 +99,11 @@ def test_planted_ext_symlink_deletes_no_host_file_on_the_next_evaluation(gym, pr
     for _ in range(2):  # GRPO groups and re-runs evaluate the same code again, in the same build folder
         gym.evaluate(problem("relu"), cand, seed=7)
     assert (victim / "lock").read_text() == "keep me"
+
+
+# --- rt03: candidate-supplied data that the reference worker cannot decode -------------------------------
+
+def test_malformed_output_descriptor_is_a_verdict_against_the_candidate(gym, problem, rt_cheat):
+    r = gym.evaluate(problem("relu"), rt_cheat("rt03_shadow_blame_reference", problem("relu")), seed=7)
+    _against_candidate(r)
+    assert "not your fault" not in r.feedback
