@@ -118,7 +118,7 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
     child = child or job.child
     try:
         child.chan.send(header, blobs, deadline)
-        reply, out = child.chan.recv(deadline)
+        reply, out = child.chan.recv(deadline, max_blob_bytes=reply_limit(job, header))
     except ChannelTimeout:
         raise CandidateFailure("timeout", f"no answer to {header['op']!r} before the deadline") from None
     except ChannelClosed as exc:
@@ -128,6 +128,19 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
     if not isinstance(reply, dict):
         raise CandidateFailure("crash", "reply is not an object", channel="non-object reply")
     return reply, out
+
+
+REPLY_SLACK = 16 << 20  # bytes: non-tensor outputs, a reply's own small blobs
+
+
+def reply_limit(job: Job, header: dict[str, Any]) -> int:
+    """The most payload bytes a reply to `header` can legitimately carry: its outputs (one per timed call of a
+    `time` request) and the inputs after the call, from the reference worker's own sizes (`out_bytes`,
+    `in_bytes`), four times over (a wider dtype than the reference's is a verdict, not a protocol error),
+    plus slack. The channel refuses a frame claiming more before reading or allocating it (protocol.py)."""
+    calls = max(1, len(header.get("order") or ()))
+    out_b, in_b = int(job.info.get("out_bytes", 0) or 0), int(job.info.get("in_bytes", 0) or 0)
+    return 4 * (calls * out_b + in_b) + REPLY_SLACK
 
 
 def ref(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], list]:
@@ -360,7 +373,7 @@ def build(job: Job) -> None:
         header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
                   "l2_flush_mb": cfg.l2_flush_mb, "init": job.info["init"], "init_seed": job.init_seed, **paths}
         child.chan.send(header, job.init_blobs, deadline)
-        child.chan = Channel(child.sock, verify_key=secret)
+        child.chan = Channel(child.sock, verify_key=secret, max_blob_bytes=REPLY_SLACK)
     except ChannelTimeout:
         raise CandidateFailure("timeout", "the candidate's process did not start in time") from None
     except (ChannelClosed, ProtocolError) as exc:
@@ -436,7 +449,7 @@ def build_twin(job: Job) -> None:
         if ready.get("error"):
             raise WorkerDied(f"the reference twin failed to start: {ready['error'][-500:]}")
         twin.chan.send(header, job.init_blobs, deadline)
-        twin.chan = Channel(twin.sock, verify_key=secret)
+        twin.chan = Channel(twin.sock, verify_key=secret, max_blob_bytes=REPLY_SLACK)
         reply, _ = twin.chan.recv(deadline)
     except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
         raise WorkerDied(f"the reference twin did not start ({exc})") from None

@@ -107,3 +107,17 @@ def test_malformed_output_descriptor_is_a_verdict_against_the_candidate(gym, pro
     r = gym.evaluate(problem("relu"), rt_cheat("rt03_shadow_blame_reference", problem("relu")), seed=7)
     _against_candidate(r)
     assert "not your fault" not in r.feedback
+
+
+# --- rt07: a forged frame length -----------------------------------------------------------------------------
+
+def test_forged_giant_frame_costs_the_supervisor_no_memory(gym, problem, rt_cheat):
+    cand = rt_cheat("rt07_giant_frame_dos", problem("relu"))  # claims a 1 GiB payload at import
+    tracemalloc.start()
+    try:
+        r = gym.evaluate(problem("relu"), cand, seed=7)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 << 20, f"the supervisor allocated {peak >> 20} MiB for a forged frame"
+    _against_candidate(r)
