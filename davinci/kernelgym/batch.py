@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.evaluator import Evaluator, _simple_result, evaluate_on
-from davinci.kernelgym.job import lock_build_folder, prepare_dirs
+from davinci.kernelgym.job import bound_build, lock_build_folder, prepare_dirs
 from davinci.kernelgym.lane import Lane
 from davinci.kernelgym.protocol import Channel
 from davinci.kernelgym.result import EvalResult
@@ -120,6 +120,7 @@ class Prebuilder:
                 os.close(log_fd)
             if job_dir is not None:
                 shutil.rmtree(job_dir, ignore_errors=True)
+                bound_build(self.lane, cand.code_hash, self.lane.cfg)
             if lock is not None:
                 os.close(lock)
             self.done[i].set()

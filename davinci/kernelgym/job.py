@@ -687,9 +687,65 @@ def cleanup(job: Job) -> None:
             shutil.rmtree(job.twin_dir, ignore_errors=True)
         if job.job_dir is not None:
             shutil.rmtree(job.job_dir, ignore_errors=True)
+            bound_build(job.lane, job.candidate.code_hash, job.cfg)
             release_build_dir(job.lane, job.candidate)
     finally:
         release_build_lock(job)
+    evict_builds(job.lane.build_root, job.cfg.build_cache_max_mb << 20, keep=job.candidate.code_hash)
+
+
+def bound_build(lane: Lane, code_hash: str, cfg: GymConfig) -> int:
+    """After the candidate's processes are gone (we hold its build lock): scrub its build folder (no link,
+    FIFO, device or hard link stays), measure it without following links, empty it when it holds more than
+    `build_dir_max_mb`, and record the size beside its lock (`<hash>.size`, in the builds folder no candidate
+    can write) for `evict_builds`. Returns the bytes kept."""
+    build_dir = lane.build_root / code_hash
+    size = scrub_build_dir(build_dir)
+    if size > cfg.build_dir_max_mb << 20:
+        shutil.rmtree(build_dir, ignore_errors=True)  # fd-based: never follows a link out of the folder
+        build_dir.mkdir(exist_ok=True)
+        size = 0
+    try:
+        (lane.build_root / f"{code_hash}.size").write_text(str(size))
+    except OSError:
+        pass
+    return size
+
+
+def evict_builds(build_root: Path, cap_bytes: int, keep: str = "") -> list[str]:
+    """Evict the least recently evaluated build folders (by their `<hash>.size` record's mtime) while all
+    recorded folders hold more than `cap_bytes`; a folder whose build lock another evaluation holds, and
+    `keep`, stay. Returns the evicted hashes."""
+    records = []
+    for rec in build_root.glob("*.size"):
+        try:
+            records.append((rec.stat().st_mtime, rec.name[:-5], int(rec.read_text() or 0)))
+        except (OSError, ValueError):
+            continue
+    total = sum(r[2] for r in records)
+    evicted: list[str] = []
+    for _mtime, code_hash, size in sorted(records):
+        if total <= cap_bytes:
+            break
+        if code_hash == keep:
+            continue
+        try:
+            fd = os.open(build_root / f"{code_hash}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # in use: another evaluation of that code holds it
+        try:
+            shutil.rmtree(build_root / code_hash, ignore_errors=True)
+            (build_root / f"{code_hash}.size").unlink(missing_ok=True)
+            total -= size
+            evicted.append(code_hash)
+        finally:
+            os.close(fd)
+    return evicted
 
 
 def derive_seed(*parts: Any) -> int:

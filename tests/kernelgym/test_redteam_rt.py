@@ -121,3 +121,54 @@ def test_forged_giant_frame_costs_the_supervisor_no_memory(gym, problem, rt_chea
         tracemalloc.stop()
     assert peak < 256 << 20, f"the supervisor allocated {peak >> 20} MiB for a forged frame"
     _against_candidate(r)
+
+
+# --- rt12: the shared build cache ------------------------------------------------------------------------
+
+def _tree_bytes(top: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def test_a_candidates_bulk_writes_do_not_stay_in_the_build_cache(tmp_path, problem, rt_cheat, make_config):
+    """rt12 writes 2 x 8 MiB into its build folder at import; with a 4 MiB per-folder bound nothing of it stays
+    once the evaluation is over (the verdict itself is untouched: the forward is honest)."""
+    with Evaluator(make_config(tmp_path, build_dir_max_mb=4, build_cache_max_mb=64)) as ev:
+        cand = rt_cheat("rt12_build_dir_disk_fill", problem("relu"))
+        r = ev.evaluate(problem("relu"), cand, seed=7)
+        build_dir = ev.lanes[0].build_root / cand.code_hash
+        assert r.error_kind not in ("internal", "reference"), (r.error_kind, r.error)
+        assert not build_dir.exists() or _tree_bytes(build_dir) <= 4 << 20
+        assert not build_dir.exists() or not list(build_dir.rglob("fill*.pt"))
+
+
+def test_the_build_cache_evicts_least_recently_evaluated_unlocked_folders(tmp_path):
+    from davinci.kernelgym.job import evict_builds, lock_build_folder
+    root = tmp_path / "builds"
+    root.mkdir()
+    for i, name in enumerate(["old", "busy", "mid", "new"]):
+        (root / name).mkdir()
+        (root / name / "blob").write_bytes(b"x" * 1000)
+        rec = root / f"{name}.size"
+        rec.write_text("1000")
+        os.utime(rec, (1000 + i, 1000 + i))
+    held = lock_build_folder(root, "busy", 1.0)  # another evaluation holds this one
+    try:
+        evicted = evict_builds(root, 2000, keep="new")
+    finally:
+        os.close(held)
+    assert evicted == ["old", "mid"]
+    assert not (root / "old").exists() and not (root / "mid").exists()
+    assert (root / "busy" / "blob").exists() and (root / "new" / "blob").exists()
+
+
+@pytest.mark.parametrize("kw", [{"build_dir_max_mb": 0}, {"build_cache_max_mb": -1}, {"build_dir_max_mb": "5"},
+                                {"build_dir_max_mb": 512, "build_cache_max_mb": 256}])
+def test_build_cache_bounds_are_validated(kw):
+    from davinci.errors import ConfigError
+    from davinci.kernelgym import GymConfig
+    with pytest.raises(ConfigError):
+        GymConfig(**kw)
