@@ -172,3 +172,39 @@ def test_build_cache_bounds_are_validated(kw):
     from davinci.kernelgym import GymConfig
     with pytest.raises(ConfigError):
         GymConfig(**kw)
+
+
+# --- side finding: trusted workers of a supervisor that died abruptly ----------------------------------------
+
+SUPERVISOR = """
+import json, os, signal, sys
+from pathlib import Path
+from davinci.kernelgym import Evaluator, GymConfig, load_problem_file
+from davinci.types import Candidate
+fixtures = Path(sys.argv[2])
+cfg = GymConfig(device="cpu", cache_dir=sys.argv[1], workers=1, compile_timeout_s=20.0, run_timeout_s=8.0,
+                timing_min_reps=3, timing_max_reps=8, timing_max_s=0.5, checks="strict")
+ev = Evaluator(cfg)
+p = load_problem_file(fixtures / "problems" / "relu.py")
+r = ev.evaluate(p, Candidate(problem_id=p.id, code=(fixtures / "candidates" / "honest_relu.py").read_text(),
+                             backend="triton"), seed=7)
+lane = ev.lanes[0]
+print(json.dumps({"pids": [lane.ref.popen.pid, lane.zygote.popen.pid], "correct": r.correct}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_trusted_workers_exit_when_their_supervisor_is_killed(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import psutil
+    out = subprocess.run([sys.executable, "-c", SUPERVISOR, str(tmp_path), str(Path(__file__).parent / "fixtures")],
+                         capture_output=True, text=True, timeout=200)
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    assert info["correct"]
+    _gone, alive = psutil.wait_procs([psutil.Process(p) for p in info["pids"] if psutil.pid_exists(p)], timeout=15)
+    for proc in alive:  # never leave them behind, whatever the verdict
+        proc.kill()
+    assert not alive, [p.pid for p in alive]
