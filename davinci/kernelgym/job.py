@@ -13,7 +13,13 @@ inputs and returns outputs and timings; the reference worker produces inputs and
     timing       perf.py: interleaved rounds with fresh inputs, spot-checked outputs, the stop rule
 Everything after the build shares one deadline (`run_timeout_s`). A candidate that times out, dies or
 sends a malformed frame ends the evaluation with that verdict; the lane kills its process group and
-sweeps escaped processes either way.
+sweeps escaped processes either way. Each reply is bounded by what its request can return (`reply_limit`).
+
+We run as root in the host's mount namespace over folders the candidate can write (its job folder, its build
+folder), so nothing here opens, chowns or unlinks through a name found there: the logs are files we create
+and read through our own descriptor (`create_log`, `log_tail`), the twin's folder lives under the lane's root
+(`build_twin`), build folders are walked without following links (`scrub_build_dir`, `_chown_tree`) and bounded
+in size after every evaluation (`bound_build`, `evict_builds`).
 """
 
 from __future__ import annotations
