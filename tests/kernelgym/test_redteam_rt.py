@@ -63,7 +63,7 @@ def test_log_symlink_to_proc_self_environ_leaks_no_supervisor_environment(gym, p
 def test_log_fifo_does_not_hang_the_supervisor(gym, problem, rt_cheat):
     t0 = time.monotonic()
     r = gym.evaluate(problem("relu"), rt_cheat("rt11_log_fifo_hang", problem("relu")), seed=7)
-    assert time.monotonic() - t0 < 90
+    assert time.monotonic() - t0 < 180  # a hang is forever (pytest's own timeout is 240 s)
     _against_candidate(r)
     assert r.error_kind == "crash"
 
@@ -83,10 +83,9 @@ def test_planted_twin_symlink_changes_no_host_folder(gym, problem, rt_cheat, tmp
 
 
 def test_planted_twin_log_fifo_is_not_blamed_on_the_evaluator(gym, problem, rt_cheat):
-    t0 = time.monotonic()
     r = gym.evaluate(problem("relu"), rt_cheat("rt06_twin_log_fifo", problem("relu")), seed=7)
     assert r.error_kind not in ("internal", "reference"), (r.error_kind, r.error)
-    assert time.monotonic() - t0 < 55  # the twin's start no longer waits out its 60 s limit
+    assert r.correct and r.speedup is not None  # the twin started and timed eager (the forward is honest)
 
 
 # --- rt08: stale build locks --------------------------------------------------------------------------------
