@@ -152,10 +152,13 @@ class RefWorker:
 
     def _decode(self, descs: Any, blobs: list[Any]) -> list[Any]:
         """Decode descriptors the candidate's process supplied (its slots, outputs, inputs after the call):
-        any failure is the candidate's (`CandidateData`), never the problem's."""
+        a malformed descriptor, a blob that does not match it or a CUDA IPC handle that does not open is the
+        candidate's (`CandidateData`), never the problem's; only running out of our own memory is not."""
         try:
             return transport.decode(descs, blobs, self.device)
         except Exception as exc:
+            if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc):
+                raise  # our own device memory ran out mapping a valid buffer: not the candidate's data
             raise CandidateData(f"malformed tensor descriptors from the candidate's process: {exc!r}"[:500]) from None
 
     def op_hello(self, h: dict, blobs: list) -> tuple[dict, list]:
