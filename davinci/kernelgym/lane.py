@@ -183,7 +183,7 @@ class Lane:
     def _spawn(self, module: str, opts: dict[str, Any], env: dict[str, str] | None = None) -> _Proc:
         mine, theirs = socketpair()
         popen = spawn_worker(module, theirs.fileno(), env or self.env, self.root / f"{module.rsplit('.', 1)[-1]}.log",
-                             [json.dumps(opts)])
+                             [json.dumps({**opts, "parent_pid": os.getpid()})])
         theirs.close()
         return _Proc(popen, Channel(mine))
 

@@ -42,7 +42,7 @@ from davinci.kernelgym import transport
 from davinci.kernelgym.baselines import measure_program
 from davinci.kernelgym.compare import compare_outputs, flatten_outputs, sample_pair
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
-from davinci.kernelgym.sandbox import mark_trusted_process
+from davinci.kernelgym.sandbox import die_with_parent, mark_trusted_process
 from davinci.kernelgym.sol import count_work, measure_ceilings
 from davinci.kernelgym.timing import DeviceTimer
 
@@ -403,6 +403,7 @@ class RefWorker:
 def main(argv: list[str]) -> int:
     mark_trusted_process()
     fd, opts = int(argv[0]), json.loads(argv[1])
+    die_with_parent(opts.get("parent_pid"))  # also when stopped: see sandbox.die_with_parent
     torch.set_num_threads(max(1, int(opts.get("cpu_threads", 1))))
     torch.set_grad_enabled(False)  # inference only, as in the candidate's process
     device = opts["device"]

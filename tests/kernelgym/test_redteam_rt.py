@@ -188,19 +188,26 @@ p = load_problem_file(fixtures / "problems" / "relu.py")
 r = ev.evaluate(p, Candidate(problem_id=p.id, code=(fixtures / "candidates" / "honest_relu.py").read_text(),
                              backend="triton"), seed=7)
 lane = ev.lanes[0]
-print(json.dumps({"pids": [lane.ref.popen.pid, lane.zygote.popen.pid], "correct": r.correct}), flush=True)
+pids = [lane.ref.popen.pid, lane.zygote.popen.pid]
+if sys.argv[3] == "stopped":  # a same-user candidate may have stopped them (lane.wake undoes it before each use)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+print(json.dumps({"pids": pids, "correct": r.correct}), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_trusted_workers_exit_when_their_supervisor_is_killed(tmp_path):
+@pytest.mark.parametrize("state", ["running", "stopped"])
+def test_trusted_workers_exit_when_their_supervisor_is_killed(tmp_path, state):
+    """Idle workers see the end of file of their channel; stopped ones never read it, so only a parent-death
+    signal (SIGKILL reaches a stopped process) ends them."""
     import json
     import subprocess
     import sys
 
     import psutil
-    out = subprocess.run([sys.executable, "-c", SUPERVISOR, str(tmp_path), str(Path(__file__).parent / "fixtures")],
-                         capture_output=True, text=True, timeout=200)
+    out = subprocess.run([sys.executable, "-c", SUPERVISOR, str(tmp_path), str(Path(__file__).parent / "fixtures"),
+                          state], capture_output=True, text=True, timeout=200)
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert info["correct"]
     _gone, alive = psutil.wait_procs([psutil.Process(p) for p in info["pids"] if psutil.pid_exists(p)], timeout=15)
