@@ -147,11 +147,12 @@ class GymConfig:
         if self.cluster_chunk < 0:
             raise ConfigError(f"gym.cluster_chunk = {self.cluster_chunk} is negative",
                               "set 0 (auto) or a positive chunk size")
-        for name in ("build_dir_max_mb", "build_cache_max_mb"):
+        for name in ("build_dir_max_mb", "build_cache_max_mb"):  # the schema's words (config.schema.RANGES)
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"gym.{name} = {value!r} is not a positive whole number of MiB",
-                                  f"set gym.{name} to at least 1 (default {type(self).__dataclass_fields__[name].default})")
-        if self.build_cache_max_mb < self.build_dir_max_mb:
-            raise ConfigError(f"gym.build_cache_max_mb = {self.build_cache_max_mb} is below gym.build_dir_max_mb = "
-                              f"{self.build_dir_max_mb}", "the whole build cache must hold at least one build folder")
+                raise ConfigError(f"gym.{name} = {value!r} is out of range: it must be >= 1",
+                                  f"set gym.{name} to a whole number of MiB, at least 1")
+        if self.build_dir_max_mb > self.build_cache_max_mb:
+            raise ConfigError("gym.build_dir_max_mb must be <= gym.build_cache_max_mb",
+                              "lower gym.build_dir_max_mb or raise gym.build_cache_max_mb (the cache must hold one "
+                              "build folder)")
