@@ -243,14 +243,18 @@ def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]
                         ignore=lambda d, names: [n for n in names if os.path.lexists(
                             build_dir / "triton" / Path(d).relative_to(lane.triton_template) / n)])
     log_fd = create_log(job_dir / "log.txt", lane.user)
-    if lane.user:
-        os.chmod(job_dir.parent, 0o711)
-        os.chown(job_dir, *lane.user)
-        os.chown(job_dir / "tmp", *lane.user)
-        _chown_tree(build_dir, lane.user)  # a reused build: the same code may rewrite its own folder (torch's lock)
-    path = job_dir / f"candidate_{candidate.code_hash}.py"
-    path.write_text(candidate.code)
-    os.chmod(path, 0o644)
+    try:
+        if lane.user:
+            os.chmod(job_dir.parent, 0o711)
+            os.chown(job_dir, *lane.user)
+            os.chown(job_dir / "tmp", *lane.user)
+            _chown_tree(build_dir, lane.user)  # a reused build: the same code may rewrite its own folder (torch's lock)
+        path = job_dir / f"candidate_{candidate.code_hash}.py"
+        path.write_text(candidate.code)
+        os.chmod(path, 0o644)
+    except BaseException:
+        os.close(log_fd)
+        raise
     env = {"TRITON_CACHE_DIR": str(build_dir / "triton"), "TORCH_EXTENSIONS_DIR": str(build_dir / "ext"),
            "TORCHINDUCTOR_CACHE_DIR": str(build_dir / "inductor"), "HOME": str(job_dir),
            "TMPDIR": str(job_dir / "tmp"), "MAX_JOBS": str(max(1, (os.cpu_count() or 2) // 2))}
