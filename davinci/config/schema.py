@@ -90,6 +90,7 @@ RANGES: dict[str, Range] = {
     "gym.tol_half": POSITIVE, "gym.timing_ci_rel": POSITIVE, "gym.timing_min_reps": AT_LEAST_1,
     "gym.timing_max_reps": AT_LEAST_1, "gym.timing_max_s": POSITIVE, "gym.cpu_memory_limit_gb": POSITIVE,
     "gym.cpu_threads": AT_LEAST_1, "gym.roofline_margin": POSITIVE, "gym.min_kernel_coverage": FRACTION,
+    "gym.build_dir_max_mb": AT_LEAST_1, "gym.build_cache_max_mb": AT_LEAST_1,
     # eval
     "eval.turns": AT_LEAST_1,
     # evolve
@@ -105,6 +106,9 @@ CROSS_RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      lambda p: p.evolve.diversity_slots < p.evolve.archive_size, "lower evolve.diversity_slots or raise evolve.archive_size"),
     ("gym.timing_min_reps must be <= gym.timing_max_reps",
      lambda p: p.gym.timing_min_reps <= p.gym.timing_max_reps, "lower gym.timing_min_reps or raise gym.timing_max_reps"),
+    ("gym.build_dir_max_mb must be <= gym.build_cache_max_mb",
+     lambda p: p.gym.build_dir_max_mb <= p.gym.build_cache_max_mb,
+     "lower gym.build_dir_max_mb or raise gym.build_cache_max_mb (the cache must hold one build folder)"),
     ("data.eval_source=synthetic_heldout needs data.synthetic_heldout >= 1",
      lambda p: p.data.eval_source != "synthetic_heldout" or p.data.synthetic_heldout >= 1,
      "set data.synthetic_heldout (how many op-chain problems to hold out), e.g. --set data.synthetic_heldout=8"),

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.evaluator import Evaluator, _simple_result, evaluate_on
-from davinci.kernelgym.job import lock_build_folder, prepare_dirs
+from davinci.kernelgym.job import bound_build, lock_build_folder, prepare_dirs
 from davinci.kernelgym.lane import Lane
 from davinci.kernelgym.protocol import Channel
 from davinci.kernelgym.result import EvalResult
@@ -99,12 +99,12 @@ class Prebuilder:
             self.pool.submit(self._build, i, cand)
 
     def _build(self, i: int, cand: Candidate) -> None:
-        child, job_dir, lock = None, None, None
+        child, job_dir, lock, log_fd = None, None, None, None
         try:
             # the same code may be evaluating in a GPU lane already: take turns on its build folder
             lock = lock_build_folder(self.lane.build_root, cand.code_hash, self.timeout)
             child = self.lane.fork_child()
-            job_dir, paths = prepare_dirs(self.lane, cand)
+            job_dir, paths, log_fd = prepare_dirs(self.lane, cand)
             deadline = time.monotonic() + self.timeout
             child.chan.recv(deadline)  # ready
             key = os.urandom(32)
@@ -116,8 +116,11 @@ class Prebuilder:
         finally:
             if child is not None:
                 self.lane.end_child(child)
+            if log_fd is not None:
+                os.close(log_fd)
             if job_dir is not None:
                 shutil.rmtree(job_dir, ignore_errors=True)
+                bound_build(self.lane, cand.code_hash, self.lane.cfg)
             if lock is not None:
                 os.close(lock)
             self.done[i].set()

@@ -123,6 +123,12 @@ class GymConfig:
     # Folder for persistent caches (baselines, device ceilings, content-hashed builds);
     # "" = $DAVINCI_HOME/kernelgym or ./.davinci/kernelgym.
     cache_dir: str = ""
+    # Content-hashed build folders (a candidate's Triton / extension / Inductor caches) are measured after every
+    # evaluation, without following links: one holding more than build_dir_max_mb is emptied (its next
+    # evaluation builds again), and the least recently evaluated folders are evicted while all of them together
+    # hold more than build_cache_max_mb (MiB).
+    build_dir_max_mb: int = 256
+    build_cache_max_mb: int = 8192
 
     # --- speed of light ---
     # Flag a candidate whose implied bandwidth or FLOP rate exceeds the measured ceiling by this factor.
@@ -141,3 +147,12 @@ class GymConfig:
         if self.cluster_chunk < 0:
             raise ConfigError(f"gym.cluster_chunk = {self.cluster_chunk} is negative",
                               "set 0 (auto) or a positive chunk size")
+        for name in ("build_dir_max_mb", "build_cache_max_mb"):  # the schema's words (config.schema.RANGES)
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"gym.{name} = {value!r} is out of range: it must be >= 1",
+                                  f"set gym.{name} to a whole number of MiB, at least 1")
+        if self.build_dir_max_mb > self.build_cache_max_mb:
+            raise ConfigError("gym.build_dir_max_mb must be <= gym.build_cache_max_mb",
+                              "lower gym.build_dir_max_mb or raise gym.build_cache_max_mb (the cache must hold one "
+                              "build folder)")

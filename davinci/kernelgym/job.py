@@ -13,7 +13,13 @@ inputs and returns outputs and timings; the reference worker produces inputs and
     timing       perf.py: interleaved rounds with fresh inputs, spot-checked outputs, the stop rule
 Everything after the build shares one deadline (`run_timeout_s`). A candidate that times out, dies or
 sends a malformed frame ends the evaluation with that verdict; the lane kills its process group and
-sweeps escaped processes either way.
+sweeps escaped processes either way. Each reply is bounded by what its request can return (`reply_limit`).
+
+We run as root in the host's mount namespace over folders the candidate can write (its job folder, its build
+folder), so nothing here opens, chowns or unlinks through a name found there: the logs are files we create
+and read through our own descriptor (`create_log`, `log_tail`), the twin's folder lives under the lane's root
+(`build_twin`), build folders are walked without following links (`scrub_build_dir`, `_chown_tree`) and bounded
+in size after every evaluation (`bound_build`, `evict_builds`).
 """
 
 from __future__ import annotations
@@ -105,6 +111,8 @@ class Job:
     sandbox: dict[str, bool] = field(default_factory=dict)
     perf: dict[str, Any] = field(default_factory=dict)
     build_lock: int | None = None                      # fd holding the flock on this code's build folder
+    log_fd: int | None = None                          # our descriptor on the log file we created (log_tail)
+    twin_dir: Path | None = None                       # the twin's folder, under the lane's supervisor-only root
 
     def fail(self, kind: str, message: str) -> None:
         if self.error_kind is None:
@@ -119,7 +127,7 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
     child = child or job.child
     try:
         child.chan.send(header, blobs, deadline)
-        reply, out = child.chan.recv(deadline)
+        reply, out = child.chan.recv(deadline, max_blob_bytes=reply_limit(job, header))
     except ChannelTimeout:
         raise CandidateFailure("timeout", f"no answer to {header['op']!r} before the deadline") from None
     except ChannelClosed as exc:
@@ -131,12 +139,29 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
     return reply, out
 
 
+REPLY_SLACK = 16 << 20  # bytes: non-tensor outputs, a reply's own small blobs
+
+
+def reply_limit(job: Job, header: dict[str, Any]) -> int:
+    """The most payload bytes a reply to `header` can legitimately carry: its outputs (one per timed call of a
+    `time` request) and the inputs after the call, from the reference worker's own sizes (`out_bytes`,
+    `in_bytes`), four times over (a wider dtype than the reference's is a verdict, not a protocol error),
+    plus slack. The channel refuses a frame claiming more before reading or allocating it (protocol.py)."""
+    calls = max(1, len(header.get("order") or ()))
+    out_b, in_b = int(job.info.get("out_bytes", 0) or 0), int(job.info.get("in_bytes", 0) or 0)
+    return 4 * (calls * out_b + in_b) + REPLY_SLACK
+
+
 def ref(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], list]:
     timeout = max(job.cfg.run_timeout_s, 600.0)
     reply, out = job.lane.ref_call({**header, "key": job.key}, blobs, timeout=timeout)
     if reply.get("not_loaded") and header.get("op") != "problem":
         load_problem(job, force=True)  # evicted from the worker's LRU, or the worker was restarted
         reply, out = job.lane.ref_call({**header, "key": job.key}, blobs, timeout=timeout)
+    if reply.get("candidate_error"):  # the candidate's own data failed to decode: its verdict, not the problem's
+        msg = str(reply["candidate_error"])[:500]
+        raise CandidateFailure("crash", f"the reference worker could not use the candidate's data in "
+                                        f"{header.get('op')!r}: {msg}", channel=msg)
     if not reply.get("ok"):
         raise ReferenceFailure(reply.get("error", "reference worker error"))
     return reply, out
@@ -216,29 +241,38 @@ def release_build_lock(job: Job) -> None:
         job.build_lock = None
 
 
-def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]]:
-    """A fresh job folder plus the candidate's persistent, content-hashed build folders; the job's paths/env."""
+def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any], int]:
+    """A fresh job folder plus the candidate's persistent, content-hashed build folders; the job's paths/env
+    and our descriptor on the candidate's log file (`log_tail` reads through it, never through the name)."""
     job_dir = lane.root / "jobs" / uuid.uuid4().hex[:12]
     build_dir = lane.build_root / candidate.code_hash
-    dirs = [job_dir, job_dir / "tmp", build_dir / "ext", build_dir / "triton", build_dir / "inductor"]
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-    # A build killed mid-way leaves torch's lock file, which would block every later build forever. We hold
-    # this code's build lock (acquire_build_lock), so no live build can own one: any lock here is stale.
-    for lock in (build_dir / "ext").glob("*/lock"):
-        lock.unlink(missing_ok=True)
+    job_dir.parent.mkdir(parents=True, exist_ok=True)  # ours: the lane's root, never writable by a candidate
+    job_dir.mkdir()  # fresh: never a folder (or a link) someone else made
+    (job_dir / "tmp").mkdir()
+    build_dir.mkdir(parents=True, exist_ok=True)  # the builds folder is ours; `<hash>` itself is made by us
+    # A build folder is written by earlier candidates of this code: drop every link, FIFO, device or hard link
+    # they left before anything of ours walks it, and torch's stale `lock` files (we hold this code's build
+    # lock, so no live build owns one). Done without following a link (scrub_build_dir).
+    scrub_build_dir(build_dir, stale_locks=True)
+    for sub in ("ext", "triton", "inductor"):
+        _real_dir(build_dir, sub)
     if lane.triton_template is not None:  # Triton's driver utilities, built once by the reference worker
         shutil.copytree(lane.triton_template, build_dir / "triton", dirs_exist_ok=True,
-                        ignore=lambda d, names: [n for n in names if (build_dir / "triton" / Path(d).relative_to(
-                            lane.triton_template) / n).exists()])
-    if lane.user:
-        os.chmod(job_dir.parent, 0o711)
-        os.chown(job_dir, *lane.user)
-        os.chown(job_dir / "tmp", *lane.user)
-        _chown_tree(build_dir, lane.user)  # a reused build: the same code may rewrite its own folder (torch's lock)
-    path = job_dir / f"candidate_{candidate.code_hash}.py"
-    path.write_text(candidate.code)
-    os.chmod(path, 0o644)
+                        ignore=lambda d, names: [n for n in names if os.path.lexists(
+                            build_dir / "triton" / Path(d).relative_to(lane.triton_template) / n)])
+    log_fd = create_log(job_dir / "log.txt", lane.user)
+    try:
+        if lane.user:
+            os.chmod(job_dir.parent, 0o711)
+            os.chown(job_dir, *lane.user)
+            os.chown(job_dir / "tmp", *lane.user)
+            _chown_tree(build_dir, lane.user)  # a reused build: the same code may rewrite its own folder (torch's lock)
+        path = job_dir / f"candidate_{candidate.code_hash}.py"
+        path.write_text(candidate.code)
+        os.chmod(path, 0o644)
+    except BaseException:
+        os.close(log_fd)
+        raise
     env = {"TRITON_CACHE_DIR": str(build_dir / "triton"), "TORCH_EXTENSIONS_DIR": str(build_dir / "ext"),
            "TORCHINDUCTOR_CACHE_DIR": str(build_dir / "inductor"), "HOME": str(job_dir),
            "TMPDIR": str(job_dir / "tmp"), "MAX_JOBS": str(max(1, (os.cpu_count() or 2) // 2))}
@@ -246,7 +280,63 @@ def prepare_dirs(lane: Lane, candidate: Candidate) -> tuple[Path, dict[str, Any]
         env["TORCH_CUDA_ARCH_LIST"] = lane.arch_list
     paths = {"path": str(path), "log": str(job_dir / "log.txt"), "env": env,
              "module": f"candidate_{candidate.code_hash}", "confine": confine_paths(lane, [job_dir, build_dir])}
-    return job_dir, paths
+    return job_dir, paths, log_fd
+
+
+def create_log(path: Path, user: tuple[int, int] | None) -> int:
+    """Create a worker's log file ourselves (never one that exists: O_EXCL, no link followed) and return our
+    descriptor on it. The worker opens the same inode by name before any candidate code runs; whatever the
+    candidate later does to the name (a symlink to a root-only file or /proc/self/environ, a FIFO), we read
+    only the regular file we made, through this descriptor."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    if user:
+        os.fchown(fd, *user)
+    return fd
+
+
+def _real_dir(parent: Path, name: str) -> None:
+    """`parent/name` as a real folder: whatever else an earlier candidate left under that name goes."""
+    path = parent / name
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        path.mkdir()
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        path.unlink()
+        path.mkdir()
+
+
+def scrub_build_dir(top: Path, stale_locks: bool = False) -> int:
+    """Remove from a candidate-written build folder everything that is not a regular file or a folder (links,
+    FIFOs, sockets, devices) and every regular file with more than one hard link; with `stale_locks`, torch's
+    `lock` files too. Walks without following links (`fwalk`, entries removed relative to their parent's
+    descriptor), so nothing outside `top` is ever touched. Returns the bytes the remaining files hold."""
+    total = 0
+    try:
+        walker = os.fwalk(top, topdown=True, follow_symlinks=False)
+        for _root, dirs, files, root_fd in walker:
+            for name in list(dirs) + files:
+                try:
+                    st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    continue
+                stale = stale_locks and name == "lock" and Path(_root).parent == top / "ext"  # ext/<name>/lock
+                keep = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and not stale
+                if keep:
+                    total += st.st_blocks * 512
+                    continue
+                try:
+                    os.unlink(name, dir_fd=root_fd)
+                except OSError:
+                    pass
+                if name in dirs:
+                    dirs.remove(name)
+    except OSError:
+        pass
+    return total
 
 
 def confine_paths(lane: Lane, writable: list[Path]) -> dict[str, Any]:
@@ -298,7 +388,7 @@ def build(job: Job) -> None:
     """Send the job and wait for import + ModelNew(...): sets job.compiled or records the failure."""
     cfg, lane = job.cfg, job.lane
     deadline = time.monotonic() + cfg.compile_timeout_s
-    job.job_dir, paths = prepare_dirs(lane, job.candidate)
+    job.job_dir, paths, job.log_fd = prepare_dirs(lane, job.candidate)
     child = job.child
     try:
         if child.ready is None:
@@ -311,7 +401,7 @@ def build(job: Job) -> None:
         header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
                   "l2_flush_mb": cfg.l2_flush_mb, "init": job.info["init"], "init_seed": job.init_seed, **paths}
         child.chan.send(header, job.init_blobs, deadline)
-        child.chan = Channel(child.sock, verify_key=secret)
+        child.chan = Channel(child.sock, verify_key=secret, max_blob_bytes=REPLY_SLACK)
     except ChannelTimeout:
         raise CandidateFailure("timeout", "the candidate's process did not start in time") from None
     except (ChannelClosed, ProtocolError) as exc:
@@ -354,14 +444,26 @@ def fork_twin(job: Job) -> None:
 def build_twin(job: Job) -> None:
     """The twin: a candidate-like process (same fork, sandbox and harness) running the problem's own `Model`
     under the candidate's init seed. Its code comes in the job message, never from a folder a candidate can
-    write; it marks itself non-dumpable. Any failure is the evaluator's (`WorkerDied`), never the candidate's."""
+    write, and its own folder (HOME, TMPDIR, log) is made by us outside every candidate's reach; it marks
+    itself non-dumpable. Any failure is the evaluator's (`WorkerDied`), never the candidate's."""
     if job.twin is None:  # not forked early (`fork_twin`), or that fork failed
         job.twin = job.lane.fork_child()
     twin, lane = job.twin, job.lane
-    folder = job.job_dir / "twin"
-    folder.mkdir(parents=True, exist_ok=True)
+    # The twin's folder lives under the lane's root (ours, mode 0711, never writable by a candidate), not in
+    # the candidate's job folder where a planted link would make us chown a host folder, or a planted FIFO
+    # would hang the twin's start: a fresh name, made by us (no exist_ok), handed over through a descriptor
+    # opened without following a link, with its log created by us too.
+    twins = lane.root / "twins"
+    twins.mkdir(mode=0o711, exist_ok=True)
+    folder = job.twin_dir = twins / uuid.uuid4().hex[:12]
+    folder.mkdir(mode=0o700)
+    os.close(create_log(folder / "log.txt", lane.user))
     if lane.user:
-        os.chown(folder, *lane.user)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchown(fd, *lane.user)
+        finally:
+            os.close(fd)
     deadline = time.monotonic() + max(60.0, job.cfg.compile_timeout_s)
     secret = os.urandom(32)
     header = {"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
@@ -375,7 +477,7 @@ def build_twin(job: Job) -> None:
         if ready.get("error"):
             raise WorkerDied(f"the reference twin failed to start: {ready['error'][-500:]}")
         twin.chan.send(header, job.init_blobs, deadline)
-        twin.chan = Channel(twin.sock, verify_key=secret)
+        twin.chan = Channel(twin.sock, verify_key=secret, max_blob_bytes=REPLY_SLACK)
         reply, _ = twin.chan.recv(deadline)
     except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
         raise WorkerDied(f"the reference twin did not start ({exc})") from None
@@ -599,13 +701,14 @@ def describe_exit(status: dict[str, Any]) -> str:
 
 
 def log_tail(job: Job, limit: int = 2500) -> str:
-    if job.job_dir is None:
+    """The end of the candidate's log, read through the descriptor on the file we created (`create_log`):
+    never through its name in the candidate-writable job folder, where a link or a FIFO may stand now."""
+    if job.log_fd is None:
         return ""
     try:
-        with open(job.job_dir / "log.txt", "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
+        size = os.fstat(job.log_fd).st_size
+        start = max(0, size - limit)
+        return os.pread(job.log_fd, min(limit, size), start).decode(errors="replace")
     except OSError:
         return ""
 
@@ -613,11 +716,72 @@ def log_tail(job: Job, limit: int = 2500) -> str:
 def cleanup(job: Job) -> None:
     """After the candidate's process is gone: drop its job folder, take its build folder back, unlock it."""
     try:
+        if job.log_fd is not None:
+            os.close(job.log_fd)
+            job.log_fd = None
+        if job.twin_dir is not None:
+            shutil.rmtree(job.twin_dir, ignore_errors=True)
         if job.job_dir is not None:
             shutil.rmtree(job.job_dir, ignore_errors=True)
+            bound_build(job.lane, job.candidate.code_hash, job.cfg)
             release_build_dir(job.lane, job.candidate)
     finally:
         release_build_lock(job)
+    evict_builds(job.lane.build_root, job.cfg.build_cache_max_mb << 20, keep=job.candidate.code_hash)
+
+
+def bound_build(lane: Lane, code_hash: str, cfg: GymConfig) -> int:
+    """After the candidate's processes are gone (we hold its build lock): scrub its build folder (no link,
+    FIFO, device or hard link stays), measure it without following links, empty it when it holds more than
+    `build_dir_max_mb`, and record the size beside its lock (`<hash>.size`, in the builds folder no candidate
+    can write) for `evict_builds`. Returns the bytes kept."""
+    build_dir = lane.build_root / code_hash
+    size = scrub_build_dir(build_dir)
+    if size > cfg.build_dir_max_mb << 20:
+        shutil.rmtree(build_dir, ignore_errors=True)  # fd-based: never follows a link out of the folder
+        build_dir.mkdir(exist_ok=True)
+        size = 0
+    try:
+        (lane.build_root / f"{code_hash}.size").write_text(str(size))
+    except OSError:
+        pass
+    return size
+
+
+def evict_builds(build_root: Path, cap_bytes: int, keep: str = "") -> list[str]:
+    """Evict the least recently evaluated build folders (by their `<hash>.size` record's mtime) while all
+    recorded folders hold more than `cap_bytes`; a folder whose build lock another evaluation holds, and
+    `keep`, stay. Returns the evicted hashes."""
+    records = []
+    for rec in build_root.glob("*.size"):
+        try:
+            records.append((rec.stat().st_mtime, rec.name[:-5], int(rec.read_text() or 0)))
+        except (OSError, ValueError):
+            continue
+    total = sum(r[2] for r in records)
+    evicted: list[str] = []
+    for _mtime, code_hash, size in sorted(records):
+        if total <= cap_bytes:
+            break
+        if code_hash == keep:
+            continue
+        try:
+            fd = os.open(build_root / f"{code_hash}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # in use: another evaluation of that code holds it
+        try:
+            shutil.rmtree(build_root / code_hash, ignore_errors=True)
+            (build_root / f"{code_hash}.size").unlink(missing_ok=True)
+            total -= size
+            evicted.append(code_hash)
+        finally:
+            os.close(fd)
+    return evicted
 
 
 def derive_seed(*parts: Any) -> int:

@@ -36,6 +36,7 @@ from davinci.kernelgym.protocol import Channel, ChannelError
 from davinci.kernelgym.sandbox import kill_group, resolve_user, scrubbed_env, socketpair, spawn_worker
 
 START_TIMEOUT_S = 180.0
+CHILD_FRAME_BYTES = 16 << 20  # payload bound on a candidate channel's frames unless a request sets its own
 
 
 def runtime_dir() -> Path:
@@ -182,7 +183,7 @@ class Lane:
     def _spawn(self, module: str, opts: dict[str, Any], env: dict[str, str] | None = None) -> _Proc:
         mine, theirs = socketpair()
         popen = spawn_worker(module, theirs.fileno(), env or self.env, self.root / f"{module.rsplit('.', 1)[-1]}.log",
-                             [json.dumps(opts)])
+                             [json.dumps({**opts, "parent_pid": os.getpid()})])
         theirs.close()
         return _Proc(popen, Channel(mine))
 
@@ -327,7 +328,8 @@ class Lane:
             mine.close()
             raise WorkerDied(f"zygote could not fork: {reply.get('error')}")
         self.live_children.add(int(reply["pid"]))
-        return ChildHandle(int(reply["pid"]), mine, Channel(mine))
+        # its first frames (ready, the build reply) carry no payload: nothing to allocate for them
+        return ChildHandle(int(reply["pid"]), mine, Channel(mine, max_blob_bytes=CHILD_FRAME_BYTES))
 
     def take_child(self) -> ChildHandle:
         if self.zygote is None or self.zygote.popen.poll() is not None:

@@ -1,6 +1,12 @@
 """The wire format between the supervisor and its workers: JSON headers plus raw byte blobs, never pickle.
 
-One frame = b"KGYM" | json length (u32) | blob bytes (u64) | JSON header | blobs | [32-byte HMAC tag].
+One frame = b"KGYM" | json length (u32) | blob bytes (u64) | JSON header | [32-byte header tag] | blobs |
+[32-byte HMAC tag]. The header tag (HMAC over prefix + JSON, so over the blob length and the sequence number
+too) is checked before a single blob byte is read or allocated; the final tag covers the header tag and the
+blobs. Every read grows its buffer with the bytes that actually arrived, and a claimed blob length above the
+receive's limit (the channel's `max_blob_bytes`, or the per-call `max_blob_bytes` the supervisor derives from
+what that request can legitimately return) is refused before anything is read: a forged length costs us
+nothing.
 Nothing read from a worker is ever unpickled (a pickle from the candidate's process would run its code in
 ours); tensors cross as raw bytes or as validated CUDA IPC fields (`transport.py`).
 
@@ -26,6 +32,7 @@ MAGIC = b"KGYM"
 PREFIX = struct.Struct(">4sIQ")
 TAG_LEN = 32
 MAX_JSON = 16 << 20
+GROW_FROM = 1 << 20  # receive buffers start at this size and double as bytes arrive
 
 
 class ChannelError(Exception):
@@ -83,10 +90,18 @@ class Channel:
         header = dict(header, blobs=[len(memoryview(b).cast("B")) for b in blobs], seq=self._send_seq)
         body = json.dumps(header, separators=(",", ":")).encode()
         prefix = PREFIX.pack(MAGIC, len(body), sum(header["blobs"]))
-        parts: list[bytes | memoryview] = [prefix, body, *blobs]
+        parts: list[bytes | memoryview] = [prefix, body]
+        mac = None
         if self._signer is not None:
             mac = self._signer.copy()
-            for part in parts:
+            mac.update(prefix)
+            mac.update(body)
+            head_tag = mac.digest()
+            mac.update(head_tag)
+            parts.append(head_tag)
+        parts += blobs
+        if mac is not None:
+            for part in blobs:
                 mac.update(part)
             parts.append(mac.digest())
         self._send_seq += 1
@@ -106,13 +121,15 @@ class Channel:
 
     # --- receiving ---
     def _recv_exact(self, n: int, deadline: float | None) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
+        """n bytes; the buffer grows with what arrived (doubling from 1 MiB), never allocated ahead of it."""
+        buf = bytearray(min(n, GROW_FROM))
         got = 0
         while got < n:
+            if got == len(buf):
+                buf.extend(bytes(min(n, 2 * len(buf)) - len(buf)))
             self.sock.settimeout(_remaining(deadline))
             try:
-                k = self.sock.recv_into(view[got:], min(n - got, 1 << 24))
+                k = self.sock.recv_into(memoryview(buf)[got:], min(len(buf) - got, 1 << 24))
             except (socket.timeout, TimeoutError):
                 raise ChannelTimeout("receive timed out") from None
             except (ConnectionResetError, OSError) as exc:
@@ -122,21 +139,31 @@ class Channel:
             got += k
         return buf
 
-    def recv(self, deadline: float | None = None) -> tuple[dict[str, Any], list[memoryview]]:
+    def recv(self, deadline: float | None = None, max_blob_bytes: int | None = None) -> tuple[dict[str, Any], list[memoryview]]:
+        """One frame. `max_blob_bytes`: this call's own bound on the payload (else the channel's)."""
+        limit = self.max_blob_bytes if max_blob_bytes is None else max_blob_bytes
         prefix = self._recv_exact(PREFIX.size, deadline)
         magic, json_len, blob_len = PREFIX.unpack(prefix)
-        if magic != MAGIC or json_len > MAX_JSON or blob_len > self.max_blob_bytes:
-            raise ProtocolError(f"bad frame prefix (magic {bytes(magic)!r}, json {json_len}, blobs {blob_len})")
+        if magic != MAGIC or json_len > MAX_JSON or blob_len > limit:
+            raise ProtocolError(f"bad frame prefix (magic {bytes(magic)!r}, json {json_len}, blobs {blob_len}, "
+                                f"limit {limit})")
         body = self._recv_exact(json_len, deadline)
-        blob_data = self._recv_exact(blob_len, deadline) if blob_len else bytearray()
+        mac = None
         if self._verifier is not None:
-            tag = self._recv_exact(TAG_LEN, deadline)
+            head_tag = self._recv_exact(TAG_LEN, deadline)
             mac = self._verifier.copy()
-            for part in (prefix, body, blob_data):
-                mac.update(part)
+            mac.update(prefix)
+            mac.update(body)
+            if not hmac.compare_digest(mac.digest(), bytes(head_tag)):
+                raise ProtocolError("frame header failed authentication")
+            mac.update(head_tag)
+        header = self._parse_header(body, blob_len)
+        blob_data = self._recv_exact(blob_len, deadline) if blob_len else bytearray()
+        if mac is not None:
+            tag = self._recv_exact(TAG_LEN, deadline)
+            mac.update(blob_data)
             if not hmac.compare_digest(mac.digest(), bytes(tag)):
                 raise ProtocolError("frame failed authentication")
-        header = self._parse_header(body, blob_len)
         blobs, offset, view = [], 0, memoryview(blob_data)
         for size in header["blobs"]:
             blobs.append(view[offset:offset + size])

@@ -19,6 +19,9 @@ marks itself non-dumpable (no same-user ptrace or /proc/<pid>/mem). Requests (on
     ceilings         measured copy bandwidth and matmul FLOP rates (sol.py)
     warm_triton      build Triton's driver utilities into a template cache (GPU)
     drop / health
+A failure while decoding or using data the candidate's process supplied (its slot or output descriptors)
+answers `candidate_error`: the supervisor turns it into a verdict against the candidate, never `reference`,
+which only the problem's own code failing earns.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from davinci.kernelgym.baselines import measure_program
 from davinci.kernelgym.accounting import torch_work
 from davinci.kernelgym.compare import compare_outputs, flatten_outputs, sample_pair
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
-from davinci.kernelgym.sandbox import mark_trusted_process
+from davinci.kernelgym.sandbox import die_with_parent, mark_trusted_process
 from davinci.kernelgym.sol import count_work, measure_ceilings
 from davinci.kernelgym.timing import DeviceTimer
 
@@ -84,6 +87,11 @@ def release_cached_memory() -> None:
 
 class NotLoaded(KeyError):
     """The problem was evicted (LRU) or never loaded; the supervisor reloads it and retries."""
+
+
+class CandidateData(ValueError):
+    """Data the candidate's process supplied could not be used (a malformed descriptor, a slot that does not
+    match the inputs): the reply carries `candidate_error` and the verdict goes against the candidate."""
 
 
 class ProblemState:
@@ -144,7 +152,15 @@ class RefWorker:
         return self.problems[key]
 
     def _decode(self, descs: Any, blobs: list[Any]) -> list[Any]:
-        return transport.decode(descs, blobs, self.device)
+        """Decode descriptors the candidate's process supplied (its slots, outputs, inputs after the call):
+        a malformed descriptor, a blob that does not match it or a CUDA IPC handle that does not open is the
+        candidate's (`CandidateData`), never the problem's; only running out of our own memory is not."""
+        try:
+            return transport.decode(descs, blobs, self.device)
+        except Exception as exc:
+            if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc):
+                raise  # our own device memory ran out mapping a valid buffer: not the candidate's data
+            raise CandidateData(f"malformed tensor descriptors from the candidate's process: {exc!r}"[:500]) from None
 
     def op_hello(self, h: dict, blobs: list) -> tuple[dict, list]:
         info: dict[str, Any] = {"device": "cpu", "torch": torch.__version__, "pid": os.getpid()}
@@ -205,11 +221,11 @@ class RefWorker:
 
     def _write(self, targets: list[Any], values: list[Any]) -> None:
         if len(targets) != len(values):
-            raise ValueError("candidate slot does not match the inputs")
+            raise CandidateData("candidate slot does not match the inputs")
         for dst, src in zip(targets, values):
             if isinstance(src, torch.Tensor):
                 if not isinstance(dst, torch.Tensor) or dst.shape != src.shape or dst.dtype != src.dtype:
-                    raise ValueError("candidate slot buffer has the wrong shape or dtype")
+                    raise CandidateData("candidate slot buffer has the wrong shape or dtype")
                 dst.copy_(src)
         if self.cuda:
             torch.cuda.synchronize()
@@ -258,7 +274,7 @@ class RefWorker:
         else:
             st.sets = [[] for _ in range(int(h["count"]))]
         # ipc + twin: the twin's own slots, written with the same values as the candidate's every round
-        st.twin_sets = [self._decode(d, []) for d in h["twin_sets"]] if h.get("twin_sets") is not None else []
+        st.twin_sets = [transport.decode(d, [], self.device) for d in h["twin_sets"]] if h.get("twin_sets") is not None else []
         if not self.calibrated:
             self.timer.calibrate()
             self.calibrated = True
@@ -374,6 +390,8 @@ class RefWorker:
                 reply, out_blobs = ops[op](header, blobs)
             except NotLoaded:
                 reply, out_blobs = {"ok": False, "not_loaded": True, "error": "problem not loaded"}, []
+            except CandidateData as exc:  # the candidate's data, not the problem: a verdict against it
+                reply, out_blobs = {"ok": False, "candidate_error": str(exc), "error": str(exc)}, []
             except Exception as exc:
                 text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
                 reply, out_blobs = {"ok": False, "error": text, "cuda_error": "CUDA" in text or "cuda" in text}, []
@@ -386,6 +404,7 @@ class RefWorker:
 def main(argv: list[str]) -> int:
     mark_trusted_process()
     fd, opts = int(argv[0]), json.loads(argv[1])
+    die_with_parent(opts.get("parent_pid"))  # also when stopped: see sandbox.die_with_parent
     torch.set_num_threads(max(1, int(opts.get("cpu_threads", 1))))
     torch.set_grad_enabled(False)  # inference only, as in the candidate's process
     device = opts["device"]

@@ -26,8 +26,10 @@ import pwd
 import resource
 import signal
 import socket
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +69,68 @@ def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def spawn_worker(module: str, fd: int, env: dict[str, str], log_path: Path, args: list[str] = ()) -> subprocess.Popen:
-    """Start `python -m module <fd> ...` in its own session with `fd` inherited and output to `log_path`."""
+    """Start `python -m module <fd> ...` in its own session with `fd` inherited and output to `log_path`.
+
+    Forked by the spawner thread (`in_spawner_thread`), so the worker's parent-death signal (`die_with_parent`)
+    fires when this process dies, not when the lane-start thread that asked for it exits."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", module, str(fd), *args], pass_fds=(fd,), env=env, cwd=str(log_path.parent),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-        )
+
+    def start() -> subprocess.Popen:
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", module, str(fd), *args], pass_fds=(fd,), env=env, cwd=str(log_path.parent),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+            )
+    return in_spawner_thread(start)
+
+
+_spawner: tuple[int, "queue.Queue[Any]", threading.Thread] | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawner_loop(q: "queue.Queue[Any]") -> None:
+    while True:
+        fn, box, done = q.get()
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:  # handed back to the caller
+            box.append((False, exc))
+        done.set()
+
+
+def in_spawner_thread(fn: Any) -> Any:
+    """Run `fn` (which forks) on this process's one long-lived spawner thread and return its result.
+
+    Linux's parent-death signal belongs to the *thread* that forked the child: a worker forked by a short-lived
+    thread (lanes start in parallel threads) would be killed when that thread ends. The spawner thread lives as
+    long as the process (daemon), so the signal fires only when the supervisor itself dies."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None or _spawner[0] != os.getpid() or not _spawner[2].is_alive():
+            q: queue.Queue[Any] = queue.Queue()
+            thread = threading.Thread(target=_spawner_loop, args=(q,), name="kernelgym-spawner", daemon=True)
+            thread.start()
+            _spawner = (os.getpid(), q, thread)
+        q = _spawner[1]
+    box: list[tuple[bool, Any]] = []
+    done = threading.Event()
+    q.put((fn, box, done))
+    done.wait()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def die_with_parent(parent_pid: int | None) -> None:
+    """In a trusted worker (reference worker, zygote): SIGKILL when the supervisor dies, even while stopped
+    (a same-user candidate can SIGSTOP it, and a stopped process never reads its channel's end of file);
+    exit now if the supervisor is already gone. `parent_pid`: the supervisor's pid, from the worker's options."""
+    if not parent_pid:
+        return
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(70)
 
 
 def socketpair() -> tuple[socket.socket, socket.socket]:

@@ -199,11 +199,12 @@ class Zygote:
 
 
 def main(argv: list[str]) -> int:
-    from davinci.kernelgym.sandbox import PR_SET_CHILD_SUBREAPER, prctl
+    from davinci.kernelgym.sandbox import PR_SET_CHILD_SUBREAPER, die_with_parent, prctl
 
     fd, opts = int(argv[0]), json.loads(argv[1]) if len(argv) > 1 else {}
-    # No parent-death signal here: it fires when the *thread* that spawned us exits. The end of file on
-    # the control channel (the supervisor died or closed it) is what shuts the zygote down.
+    # The end of file on the control channel (the supervisor closed it) shuts the zygote down; the parent-death
+    # signal (the supervisor forks us from its long-lived spawner thread) also ends a zygote a candidate stopped.
+    die_with_parent(opts.get("parent_pid"))
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     z = Zygote(fd, opts)
     try:

@@ -23,6 +23,8 @@ def test_shipped_profiles_are_in_range(name: str) -> None:
     ("gym.run_timeout_s=.nan", "gym.run_timeout_s = nan is out of range"),
     ("data.kernelbench_levels=[1, 7]", "data.kernelbench_levels = 7 is out of range: it must be in [1, 4]"),
     ("gym.timing_min_reps=50", "gym.timing_min_reps must be <= gym.timing_max_reps"),
+    ("gym.build_dir_max_mb=0", "gym.build_dir_max_mb = 0 is out of range: it must be >= 1"),
+    ("gym.build_dir_max_mb=9000", "gym.build_dir_max_mb must be <= gym.build_cache_max_mb"),
     ("data.synthetic_lengths=[2, 5]", "data.synthetic_lengths = 5 is out of range: it must be in [1, 4]"),
     ("data.synthetic_heldout=0", "data.eval_source=synthetic_heldout needs data.synthetic_heldout >= 1"),
 ])

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
+import tracemalloc
 
 import pytest
 import torch
 
-from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
+from davinci.kernelgym.protocol import MAGIC, PREFIX, Channel, ChannelClosed, ChannelTimeout, ProtocolError
 from davinci.kernelgym.transport import TransportError, allocate, decode, encode, spec_of
 
 
@@ -61,6 +63,47 @@ def test_oversized_frames_are_refused_before_allocation():
     Channel(a).send({"op": "big"}, [b"x" * 1000])
     with pytest.raises(ProtocolError):
         Channel(b, max_blob_bytes=100).recv(time.monotonic() + 2)
+
+
+def _peak_while(fn) -> int:
+    """Peak bytes Python allocated while `fn` ran (tracemalloc sees bytearray buffers)."""
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_forged_giant_length_is_refused_without_allocating():
+    """rt07: a 16-byte prefix claiming 512 MiB, a tiny body and a junk header tag on an authenticated channel
+    (the default cap is 8 GiB): refused at the header tag, and the supervisor never allocates the payload."""
+    a, b = socket.socketpair()
+    body = b'{"x":1}'
+    a.sendall(PREFIX.pack(MAGIC, len(body), 512 << 20) + body + bytes(32))
+    rx = Channel(b, verify_key=b"k" * 32)
+
+    def receive():
+        with pytest.raises(ProtocolError, match="authentication"):
+            rx.recv(time.monotonic() + 2)
+    assert _peak_while(receive) < 8 << 20
+
+
+def test_a_signed_frame_above_the_calls_limit_is_refused_before_reading_it():
+    """A peer that holds the key (a candidate reaching the harness's channel) still cannot make us allocate
+    more than that request can legitimately return: the per-call limit is checked on the prefix."""
+    tx, rx = pair(b"k" * 32)
+    tx.send({"op": "run"}, [b"x" * 4096])
+    with pytest.raises(ProtocolError, match="prefix"):
+        rx.recv(time.monotonic() + 2, max_blob_bytes=1024)
+
+
+def test_a_large_frame_still_round_trips_through_the_growing_buffer():
+    tx, rx = pair(b"k" * 32)
+    blob = bytes(range(256)) * (12 << 12)  # 12 MiB: several doublings
+    threading.Thread(target=tx.send, args=({"op": "big"}, [blob, b"z"]), daemon=True).start()
+    header, blobs = rx.recv(time.monotonic() + 10, max_blob_bytes=len(blob) + 1)
+    assert bytes(blobs[0]) == blob and bytes(blobs[1]) == b"z"
 
 
 def test_tensors_and_values_cross_as_bytes():
