@@ -14,6 +14,7 @@ How it works (one module per concern):
 - refworker.py, inputs.py, compare.py   the trusted side: inputs on the device, references, tolerances
 - protocol.py, transport.py   JSON + byte frames (HMAC from the candidate), tensors as bytes or CUDA IPC
 - job.py, perf.py, evaluator.py, batch.py   one evaluation's phases, timing, assembly, batches
+- builddirs.py   job and build folders: made, flocked, scrubbed without following links, measured, evicted
 - checks/      named static (AST) and runtime hack checks and their presets
 - timing.py, stats.py, baselines.py, sol.py   timed-call loop, CIs, cached baselines, speed of light
 - metrics.py   fast_p exactly as KernelBench, tables, plots;  feedback.py  text for the next turn

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.evaluator import Evaluator, _simple_result, evaluate_on
-from davinci.kernelgym.job import bound_build, lock_build_folder, prepare_dirs
+from davinci.kernelgym.builddirs import bound_build, lock_build_folder, prepare_dirs
 from davinci.kernelgym.lane import Lane
 from davinci.kernelgym.protocol import Channel
 from davinci.kernelgym.result import EvalResult

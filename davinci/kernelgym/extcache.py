@@ -14,7 +14,7 @@ version changes the key, and the marker also holds the library's own hash, so a 
 build is rebuilt. Only builds whose sources all lie in the folder (`load_inline`) are keyed; `load()` of
 files elsewhere is left to ninja. Limits: headers from `extra_include_paths` are not in the key, and a
 candidate running under the evaluator's own uid (the GPU default, CUDA IPC) can rewrite any file that uid
-can, marker included; per-code build folders plus the per-code lock (`job.lock_build_folder`) keep honest
+can, marker included; per-code build folders plus the per-code lock (`builddirs.lock_build_folder`) keep honest
 concurrent evaluations apart, and a read-only cache mount or a per-candidate uid is the structural fix.
 
     python -c "from davinci.kernelgym import extcache; extcache.install()"   # idempotent

@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from davinci.kernelgym.job import (BuildBusy, _chown_tree, acquire_build_lock, lock_build_folder, prepare_dirs,
-                                   release_build_lock)
+from davinci.kernelgym.builddirs import BuildBusy, _chown_tree, lock_build_folder, prepare_dirs
+from davinci.kernelgym.job import acquire_build_lock, release_build_lock
 
 
 def _job(root: Path, code_hash: str = "abc123", compile_s: float = 5.0, run_s: float = 1.0) -> SimpleNamespace:

@@ -145,7 +145,7 @@ def test_a_candidates_bulk_writes_do_not_stay_in_the_build_cache(tmp_path, probl
 
 
 def test_the_build_cache_evicts_least_recently_evaluated_unlocked_folders(tmp_path):
-    from davinci.kernelgym.job import evict_builds, lock_build_folder
+    from davinci.kernelgym.builddirs import evict_builds, lock_build_folder
     root = tmp_path / "builds"
     root.mkdir()
     for i, name in enumerate(["old", "busy", "mid", "new"]):
