@@ -18,8 +18,10 @@ Choices:
 from __future__ import annotations
 
 import fcntl
+import glob
 import json
 import os
+import socket
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping
 
 from artifacts.home import Home
-from davinci.errors import InputNotFound
+from davinci.errors import ConfigError, InputNotFound
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -65,22 +67,35 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     return Path(tracking_uri[len(prefix):].split("?", 1)[0])  # four slashes: absolute; three: relative
 
 
+def _created(db: Path) -> bool:
+    """A store file that is there and not empty (a reader opening the URI first leaves an empty SQLite file)."""
+    try:
+        return db.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
 def ensure_sqlite_store(db: Path, artifact_root: str | None) -> None:
     """Create the MLflow tables of `db` atomically if the file does not exist yet.
 
     Under an exclusive lock on `<db>.lock`: leftovers of an interrupted creation are removed, the tables
     are built in `<db>.creating-<pid>` and the finished file is renamed onto `db`.
     """
-    if db.exists():
+    db = db.absolute()
+    if _created(db):
         return
     db.parent.mkdir(parents=True, exist_ok=True)
     with open(db.with_name(db.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
-        if db.exists():  # another process created it while this one waited
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also when the process dies
+        except OSError as exc:
+            raise ConfigError(f"cannot lock {lock.name} to create the MLflow store ({exc.strerror})",
+                              "put the project home on a local disk, or set MLFLOW_TRACKING_URI to a tracking server") from None
+        if _created(db):  # another process created it while this one waited
             return
-        for stale in db.parent.glob(db.name + ".creating-*"):
+        for stale in db.parent.glob(glob.escape(db.name) + ".creating-*"):
             stale.unlink(missing_ok=True)
-        side = db.with_name(f"{db.name}.creating-{os.getpid()}")
+        side = db.with_name(f"{db.name}.creating-{socket.gethostname()}-{os.getpid()}")
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
         store = SqlAlchemyStore(f"sqlite:///{side}", artifact_root or db.parent.joinpath("artifacts").as_uri())

@@ -11,10 +11,10 @@ with NaN. The
 reference worker then compares that forward's output with the reference. The mode also sums the work of
 every compute op (`op_work`: FLOPs where PyTorch has a formula, else the elements touched), however small,
 against the reference forward's work counted the same way (`torch_work`, in the reference worker), and
-`torch_verdict` decides: PyTorch did most of the work (SHARE_MOST), or the answer changed under poison
-and PyTorch did at least SHARE_CHANGED of it, is `torch_compute` (a "fallback" behind a token kernel, a
-kernel launched on the first call only, answers assembled from pieces too small to poison); a changed
-answer from a small share (summing split-K partials) is advice. No name in the candidate's source is read.
+`torch_verdict` decides: an answer that changed under poison, or PyTorch doing most of the work
+(SHARE_MOST) even where nothing was poisoned, is `torch_compute` (a "fallback" behind a token kernel, a
+kernel launched on the first call only, answers assembled from pieces too small to poison). No name in the
+candidate's source is read.
 In-process, as every check of the candidate's own process is: `torch._C._DisableTorchDispatch` or a thread
 of its own hides PyTorch work from the mode (the red team's rt2_01b/rt2_02); on the CPU the store record
 (`kernel_share`) still sees an output its kernels did not write, unless a copy kernel launders it.
@@ -49,6 +49,12 @@ GLUE = frozenset({
     "randn", "rand", "normal_", "uniform_", "random_", "randint",
 })
 MIN_POISON_NUMEL = 16
+# Glue that allocates or fills: its result holds none of its arguments' values (`PoisonMode._derive`).
+FRESH = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros",
+    "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "fill", "fill_", "zero_", "arange",
+    "scalar_tensor", "randn", "rand", "normal_", "uniform_", "random_", "randint", "resize_", "set_",
+})
 
 
 NATIVE = ("aten", "prims")  # PyTorch's own op namespaces: classified by name (GLUE); any other is a custom op
@@ -118,6 +124,17 @@ def torch_work(model: Any, inputs: Any) -> int:
         return 0
 
 
+def _extent(t: torch.Tensor) -> tuple[int, int, int]:
+    """(start, bytes, element size) of a tensor's storage (a view shares its base's)."""
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.nbytes(), t.element_size()
+
+
+def _overlaps(extent: tuple[int, int, int], ranges: list[tuple[int, int, int]]) -> bool:
+    start, nbytes, _ = extent
+    return any(start < s + n and s < start + nbytes for s, n, _ in ranges)
+
+
 class PoisonMode(TorchDispatchMode):
     """Record every aten op of the forward; overwrite large results of compute ops with NaN (see above).
 
@@ -132,6 +149,23 @@ class PoisonMode(TorchDispatchMode):
         self.wrapped: list[str] = []  # custom ops that ran the candidate's kernels
         self.launches = launches or (lambda: 0)
         self.work = 0  # `op_work` of every compute op PyTorch ran for the candidate, poisoned or not
+        # (start, bytes, element size) of the inputs' storages and of every copy glue made of them (`derive`)
+        self.derived: list[tuple[int, int, int]] = []
+
+    def track_inputs(self, values: Any) -> int:
+        """Mark the forward's inputs (their storages); returns their element count (tensor inputs)."""
+        tensors = [v for v in values if isinstance(v, torch.Tensor)]
+        self.derived += [_extent(t) for t in tensors]
+        return sum(t.numel() for t in tensors)
+
+    def _derive(self, args: Any, kwargs: Any, out: Any) -> None:
+        """A glue op's outputs hold the inputs' values when its tensor arguments do (a copy, a cast, a pad; not an
+        allocation like `empty_like(x)`, see FRESH). In place: NumPy writing into such a copy is not seen."""
+        from torch.utils._pytree import tree_leaves
+
+        ins = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+        if any(_overlaps(_extent(t), self.derived) for t in ins):
+            self.derived += [_extent(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         before = self.launches()
@@ -142,6 +176,8 @@ class PoisonMode(TorchDispatchMode):
             self.wrapped.append(name)
             return out
         if not is_compute(func):
+            if self.derived and _base_name(func) not in FRESH:
+                self._derive(args, kwargs, out)
             return out
         self.work += op_work(func, args, kwargs, out)
 
@@ -170,6 +206,7 @@ class StoreRecorder:
     def __init__(self) -> None:
         self.recording = False
         self.stores: list[tuple[Any, Any]] = []
+        self.loads: list[Any] = []  # addresses the kernels loaded while recording
         self.installed = False
 
     def install(self) -> bool:
@@ -188,12 +225,42 @@ class StoreRecorder:
                 rec.stores.append((ptrs.data[keep].astype(np.int64).ravel(), np.array(vals[keep]).ravel()))
             return original(builder, ptrs, value, mask, cache_policy)
 
+        load = InterpreterBuilder.create_masked_load
+
+        def create_masked_load(builder: Any, ptrs: Any, mask: Any, other: Any, cache_policy: Any, is_volatile: Any) -> Any:
+            if rec.recording:
+                import numpy as np
+
+                keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
+                rec.loads.append(ptrs.data[keep].astype(np.int64).ravel())
+            return load(builder, ptrs, mask, other, cache_policy, is_volatile)
+
         InterpreterBuilder.create_masked_store = create_masked_store
+        InterpreterBuilder.create_masked_load = create_masked_load  # every load path of the interpreter ends here
         self.installed = True
         return True
 
     def start(self) -> None:
-        self.stores, self.recording = [], True
+        self.stores, self.loads, self.recording = [], [], True
+
+    def input_share(self, ranges: list[tuple[int, int, int]], elements: int) -> float | None:
+        """Share of the inputs' `elements` the kernels loaded: distinct loaded element addresses inside `ranges`
+        ((start, bytes, element size) of the inputs and of the copies PyTorch's glue made of them), capped at 1.
+        A kernel that only copies an answer computed elsewhere (NumPy, PyTorch with the dispatch mode switched
+        off, another thread) reads none of them."""
+        import numpy as np
+
+        if not elements or not ranges:
+            return None
+        if not self.loads:
+            return 0.0
+        addrs = np.unique(np.concatenate(self.loads))
+        seen = 0
+        for start, nbytes, size in ranges:
+            lo, hi = np.searchsorted(addrs, start), np.searchsorted(addrs, start + nbytes)
+            inside = addrs[lo:hi]
+            seen += int(((inside - start) % max(1, size) == 0).sum())
+        return min(1.0, seen / elements)
 
     def stop(self) -> None:
         self.recording = False
@@ -230,29 +297,26 @@ class StoreRecorder:
         return produced / total if total else None
 
 
-# PyTorch's share of the work (candidate's compute ops against the reference's, `op_work` both): at or above
-# SHARE_MOST it did most of the work whatever the poisoned answer showed; an answer that changed once
-# PyTorch's results were poisoned is `torch_compute` only from SHARE_CHANGED on (a small epilogue, such as
-# summing split-K partials, changes the answer but is not the computation).
-SHARE_CHANGED, SHARE_MOST = 0.1, 0.5
+# PyTorch's share of the work (the candidate's compute ops against the reference's, `op_work` both): at or above
+# SHARE_MOST it did most of the work, whatever the poisoned answer showed (pieces too small to poison). A
+# changed answer is `torch_compute` whatever the share: FLOPs and element counts are not one unit, and an
+# algorithmically cheaper PyTorch path (a diagonal matmul as a broadcast multiply) would look like a small share.
+SHARE_MOST = 0.5
 
 
-def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None) -> tuple[str | None, str | None]:
-    """(torch_compute evidence or None, advice or None) from the poisoned forward's outcome (`changed`: why the
-    answer changed or the forward failed; None = it still matched) and the two works.
+def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None) -> str | None:
+    """`torch_compute` evidence or None, from the poisoned forward's outcome (`changed`: why the answer changed or
+    the forward failed; None = it still matched) and the two works.
 
-    >>> torch_verdict("16384 of 16384 elements out of tolerance", 16384, 16384)[0] is not None
+    >>> torch_verdict("16384 of 16384 elements out of tolerance", 16384, 16384) is not None
     True
-    >>> torch_verdict("262144 of 262144 elements out of tolerance", 1_048_576, 268_435_456)  # a split-K epilogue
-    (None, 'PyTorch computed part of the answer (0% of the reference work): 262144 of 262144 elements out of tolerance')
-    >>> torch_verdict(None, 16384, 16384)[0] is not None  # most of the work, even unpoisoned (pieces too small)
+    >>> torch_verdict(None, 16384, 16384)  # most of the work, even unpoisoned (pieces too small)
+    "PyTorch's own ops did 100% of the reference's work"
+    >>> torch_verdict(None, 100, 16384) is None
     True
     """
-    if not reference_work or torch_work is None:  # nothing to weigh against: the poisoned answer decides alone
-        return changed, None
-    share = float(torch_work) / float(reference_work)
-    if share >= SHARE_MOST:
-        return f"PyTorch's own ops did {100 * share:.0f}% of the reference's work" + (f" ({changed})" if changed else ""), None
-    if changed and share >= SHARE_CHANGED:
-        return f"{changed} ({100 * share:.0f}% of the reference's work was PyTorch's)", None
-    return None, (f"PyTorch computed part of the answer ({100 * share:.0f}% of the reference work): {changed}" if changed else None)
+    if changed:
+        return changed
+    if reference_work and torch_work is not None and float(torch_work) / float(reference_work) >= SHARE_MOST:
+        return f"PyTorch's own ops did {100 * float(torch_work) / float(reference_work):.0f}% of the reference's work"
+    return None

@@ -64,8 +64,8 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
     else:
         changed = None if comparison["ok"] else \
             f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})"
-        flag, _ = torch_verdict(changed, reply.get("torch_work"), (job.info.get("work") or {}).get("torch_work"))
-        ev.torch_compute = ev.torch_compute or flag
+        ev.torch_compute = ev.torch_compute or torch_verdict(changed, reply.get("torch_work"),
+                                                             (job.info.get("work") or {}).get("torch_work"))
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (

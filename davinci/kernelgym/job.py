@@ -92,7 +92,7 @@ class Job:
     timing_incomplete: str = ""                            # timing ran out after correctness held
     last_kernel_share: float | None = None                 # CPU accounting forward: output elements kernels stored
     last_torch_work: float | None = None                   # accounting forward: work of PyTorch's compute ops
-    accounting_changed: bool = False                       # its answer changed once PyTorch's results were poisoned
+    last_input_share: float | None = None                  # CPU accounting forward: input elements kernels loaded
     compiled: bool = False
     numerics_ok: bool = False
     trials_run: int = 0
@@ -371,6 +371,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     ev = reply.get("evidence") or {}
     job.last_kernel_share = ev.get("kernel_share")
     job.last_torch_work = ev.get("torch_work")
+    job.last_input_share = ev.get("input_share")
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))
@@ -425,8 +426,7 @@ def _trial(job: Job, t: int) -> bool:
             break
         if job.worst is None or c["max_abs_error"] >= job.worst["max_abs_error"]:
             job.worst = c
-    # a changed answer under poison is accounting evidence (or an accepted epilogue), not nondeterminism
-    if ok and len(tags) == 2 and not job.evidence.torch_compute and not job.accounting_changed:
+    if ok and len(tags) == 2 and not job.evidence.torch_compute:  # (a changed answer is evidence already)
         pair, _ = ref(job, {"op": "pair", "a": tags[0], "b": tags[1]})
         if not pair["comparison"]["ok"]:
             job.evidence.nondeterministic = pair["comparison"]["reason"]
@@ -450,19 +450,21 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
     else:
         changed = None if check["comparison"]["ok"] else \
             f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
-        job.accounting_changed = changed is not None
-        flag, advice = torch_verdict(changed, job.last_torch_work, (job.info.get("work") or {}).get("torch_work"))
-        job.evidence.torch_compute = flag
-        if advice:
-            job.advice.append(Finding("torch_epilogue", advice))
-    share = job.last_kernel_share
+        job.evidence.torch_compute = torch_verdict(changed, job.last_torch_work,
+                                                   (job.info.get("work") or {}).get("torch_work"))
+    share, read = job.last_kernel_share, job.last_input_share
     if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
         job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "
                                      "kernels stored there; the rest was computed elsewhere (NumPy, Python)")
+    elif read is not None and read < INPUT_SHARE_MIN and not job.evidence.torch_compute:
+        job.evidence.host_compute = (f"the candidate's kernels read only {100 * read:.0f}% of the input elements: "
+                                     "the answer they stored was computed elsewhere (NumPy, PyTorch out of sight, "
+                                     "another thread) and copied")
 
 
-# At least this share of the output's elements must be what the candidate's kernels stored (CPU accounting).
-KERNEL_SHARE_MIN = 0.5
+# At least this share of the output's elements must be what the candidate's kernels stored, and of the input
+# elements what they loaded (directly or from a copy PyTorch's glue made; CPU accounting).
+KERNEL_SHARE_MIN = INPUT_SHARE_MIN = 0.5
 
 
 def account_pass(job: Job) -> None:

@@ -205,6 +205,7 @@ class Harness:
         t0 = self._perf()
         try:
             if mode is not None:
+                elements = mode.track_inputs(slot)
                 self.stores.start()
                 with mode:
                     out = self.model(*slot)
@@ -230,7 +231,8 @@ class Harness:
             evidence["torch_work"] = mode.work
             if self.stores.installed:
                 evidence["kernel_share"] = self.stores.kernel_share(leaves)
-                self.stores.stores = []
+                evidence["input_share"] = self.stores.input_share(mode.derived, elements)
+                self.stores.stores, self.stores.loads = [], []
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
@@ -409,10 +411,10 @@ class Harness:
         itself have been replaced. (A candidate running arbitrary code in this process can still write frames
         of its own: correctness and timing are measured outside it; see the module docstring.)"""
         send = recv = None
-        for name, _, fn, _ in entries:
-            if name == "send":
+        for label, _, fn, _ in entries:
+            if label == "Channel.send":
                 send = fn
-            elif name == "recv":
+            elif label == "Channel.recv":
                 recv = fn
         try:
             send(self.chan, first_reply)
@@ -423,18 +425,21 @@ class Harness:
                 op = header.get("op")
                 if op == "bye":
                     return 0
-                replaced = [name for name, owner, fn, code in entries
-                            if fn.__code__ is not code or owner.__dict__.get(name) is not fn]
+                replaced = [label for label, owner, fn, code in entries
+                            if fn.__code__ is not code or owner.__dict__.get(label.split(".")[-1]) is not fn]
                 handler = None
-                for name, _, fn, _ in entries:
-                    if name == f"op_{op}":
+                for label, _, fn, _ in entries:
+                    if label == f"Harness.op_{op}":
                         handler = fn
                 try:
-                    if handler is None or f"op_{op}" in replaced:  # a swapped handler would run the candidate's code
-                        raise RuntimeError(f"no request {op!r}" if handler is None else f"the harness's op_{op} was replaced")
+                    # any replaced harness function could run the candidate's code inside the request: only
+                    # integrity (which names them) is answered then
+                    if handler is None or (replaced and op != "integrity"):
+                        raise RuntimeError(f"no request {op!r}" if handler is None else
+                                           f"the harness was modified ({', '.join(replaced[:4])})")
                     reply, out_blobs = handler(self, header, blobs)
                     if op == "integrity" and reply.get("ok"):
-                        reply["patched"] = [*reply.get("patched", []), *(f"{n} (harness entry point replaced)" for n in replaced)]
+                        reply["patched"] = [*reply.get("patched", []), *(f"{n} (harness function replaced)" for n in replaced)]
                 except BaseException as exc:
                     reply, out_blobs = {"ok": False, "error": _tb(exc)}, []
                 send(self.chan, reply, out_blobs)
@@ -446,10 +451,13 @@ class Harness:
 
 
 def entry_points() -> tuple:
-    """(name, owner class, function, code) of the harness's request handlers and Channel.send/recv, and of
-    `Harness.serve` itself: taken before the candidate is imported (`child_main`)."""
-    owners = [(Harness, f"op_{name}") for name in REQUESTS] + [(Harness, "serve"), (Channel, "send"), (Channel, "recv")]
-    return tuple((attr, owner, owner.__dict__[attr], owner.__dict__[attr].__code__) for owner, attr in owners)
+    """("Class.function", class, function, code) of every function of the harness's own classes (the request
+    handlers and their helpers, the timer, the launch and store recorders, the channel): taken before the
+    candidate is imported (`child_main`) and keyed by the class objects themselves, so rebinding a module's
+    name to a look-alike class hides nothing."""
+    classes = (Harness, DeviceTimer, guards.LaunchRecorder, StoreRecorder, Channel)
+    return tuple((f"{cls.__name__}.{name}", cls, fn, fn.__code__) for cls in classes
+                 for name, fn in list(vars(cls).items()) if isinstance(fn, types.FunctionType))
 
 
 REQUESTS = ("alloc", "run", "time", "warm", "release", "profile", "integrity")

@@ -235,10 +235,16 @@ class Parent:
     speedup: float
 
 
+# A revision must beat the parent's speedup by this factor at the lower end of its CI: the parent's figure
+# comes from another run (another time, maybe another host), whose drift a within-run CI does not cover, and
+# an echo of the parent with a blank line added is other code by hash.
+REVISION_MARGIN = 1.05
+
+
 def improves(result: EvalResult | None, parent: Parent) -> bool:
     """A revision turn's success: correct, unflagged, other code than the parent, and faster than the parent
-    beyond the timing noise (the lower end of its speedup CI above the parent's speedup; the point estimate
-    when the evaluator gave no CI).
+    beyond the timing noise and the drift between runs (the lower end of its speedup CI above REVISION_MARGIN
+    times the parent's speedup; the point estimate when the evaluator gave no CI). Speedups are over eager.
 
     >>> p = Parent("h0", 2.0)
     >>> improves(minimal_result(True, 2.4, speedup_ci=(2.2, 2.6)), p), improves(minimal_result(True, 2.1, speedup_ci=(1.9, 2.3)), p)
@@ -250,7 +256,7 @@ def improves(result: EvalResult | None, parent: Parent) -> bool:
         return False
     point = speedup_of(result)
     low = _finite(result.speedup_ci[0]) if result.speedup_ci else point
-    return point is not None and low is not None and low > parent.speedup
+    return point is not None and low is not None and low > REVISION_MARGIN * parent.speedup
 
 
 def revision_score(result: EvalResult | None, parent: Parent, cfg: RLConfig) -> float:

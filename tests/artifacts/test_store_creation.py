@@ -61,3 +61,19 @@ def test_sqlite_path_reads_absolute_and_relative_uris() -> None:
     assert sqlite_path("sqlite:///rel/mlflow.db") == Path("rel/mlflow.db")
     assert sqlite_path("http://127.0.0.1:5000") is None
     assert sqlite_path("sqlite:///:memory:") is None
+
+
+def test_an_empty_file_left_by_an_early_reader_is_replaced_by_a_whole_store(tmp_path: Path) -> None:
+    db = tmp_path / "mlflow.db"
+    db.touch()  # what `sqlite3 mlflow.db` or an MLflow reader opening the URI first leaves
+    ensure_sqlite_store(db, None)
+    from mlflow.tracking import MlflowClient
+
+    assert db.stat().st_size > 0
+    assert [e.name for e in MlflowClient(f"sqlite:///{db}").search_experiments()] == ["Default"]
+
+
+def test_a_relative_store_path_is_created(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    ensure_sqlite_store(Path("rel") / "mlflow.db", None)
+    assert (tmp_path / "rel" / "mlflow.db").stat().st_size > 0

@@ -45,7 +45,8 @@ def test_a_copy_or_a_correct_kernel_within_the_noise_earns_the_failure_score(rew
     cfg = RLConfig(reward=reward)
     fail = REWARDS.get(reward).fail_score
     within_noise = minimal_result(True, 2.1, speedup_ci=(1.9, 2.3), candidate_hash="other")
-    for result in (_copy(), within_noise, None, minimal_result(False, None)):
+    within_drift = minimal_result(True, 2.12, speedup_ci=(2.05, 2.2), candidate_hash="other")  # < 5% over the parent
+    for result in (_copy(), within_noise, within_drift, None, minimal_result(False, None)):
         assert episode_rewards([result], cfg, parent=PARENT).turn_scores == (fail,)
     assert episode_rewards([_improved()], cfg, parent=PARENT).turn_scores[0] > fail
 
