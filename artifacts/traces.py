@@ -71,11 +71,22 @@ def verdict(result: "EvalResult | None") -> dict[str, Any]:
 
 
 def _export_to(tracking_uri: str) -> None:
-    """Traces are exported to MLflow's process-wide tracking URI, not the client's: point it at the store."""
+    """Traces are exported to MLflow's process-wide tracking URI, not the client's: point it at the store.
+
+    `mlflow.set_tracking_uri` also writes $MLFLOW_TRACKING_URI, which the project reads as the user's choice of
+    store (`StoreLocation.resolve`): the variable is put back as it was, so nothing later in this process (another
+    project home, a test, a notebook cell) is sent to this store."""
+    import os
+
     import mlflow
 
     if mlflow.get_tracking_uri() != tracking_uri:
+        before = os.environ.get("MLFLOW_TRACKING_URI")
         mlflow.set_tracking_uri(tracking_uri)
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
 
 
 class _TraceWriter:

@@ -78,6 +78,16 @@ def test_episodes_become_traces_on_their_run_once(store: TrackingStore, tmp_path
     assert evaluate.outputs["error"].startswith("IndentationError")
 
 
+def test_writing_traces_leaves_the_users_store_choice_alone(store: TrackingStore, tmp_path: Path) -> None:
+    """mlflow.set_tracking_uri also exports $MLFLOW_TRACKING_URI; left there, every later store lookup in the
+    process (another project home) went to this one."""
+    import os
+
+    run_id = store.create_run("rl", {"stage": "rl"})
+    log_episode_traces(store, run_id, [_episode("e1", True)], 1.0, "rl", marker_dir=tmp_path)
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+
+
 def test_sampling_is_deterministic_and_proportional() -> None:
     ids = [f"ep-{i}" for i in range(2000)]
     picked = [i for i in ids if sampled(i, 0.25)]
