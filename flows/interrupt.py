@@ -54,6 +54,12 @@ def untrack_run(run_id: str) -> None:
         _OPEN.pop(run_id, None)
 
 
+def is_tracked(run_id: str) -> bool:
+    """Whether a signal now would mark this run KILLED (it is open and registered)."""
+    with _LOCK:
+        return run_id in _OPEN
+
+
 @contextmanager
 def tracked_status(store: Any, run_id: str, label: str, flow_run_id: str = "") -> Iterator[None]:
     """An open MLflow run for the block: tracked for Ctrl-C, ended FINISHED, FAILED (an error) or KILLED."""

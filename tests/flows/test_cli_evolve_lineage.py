@@ -114,7 +114,7 @@ def test_skills_lineage_stopped_mid_way_leaves_the_run_failed(tmp_path: Path, mo
     RUNNING, with its tags and params logged; nothing is written to --out."""
     import davinci.kernelgym
     from flows.cli import build_parser
-    from flows.interrupt import kill_open_runs
+    from flows.interrupt import is_tracked
     from tasks.lineage import lineage_command
 
     monkeypatch.setenv("DAVINCI_HOME", str(tmp_path))
@@ -132,7 +132,7 @@ def test_skills_lineage_stopped_mid_way_leaves_the_run_failed(tmp_path: Path, mo
     assert run.info.status == status and run.info.end_time is not None
     assert run.data.tags["stage"] == "lineage" and run.data.params["admit"] == "False"
     assert not (out / "candidates.jsonl").exists()
-    assert kill_open_runs() == []  # untracked: the interrupt handler has nothing left to mark
+    assert not is_tracked(run.info.run_id)  # untracked: the interrupt handler has nothing left to mark
 
 
 @pytest.mark.slow
