@@ -348,11 +348,11 @@ def timing(job: Job) -> None:
                     "allowance_ms": acc["allowance_ms"],
                     # where live eager ran: the twin, the reference worker, or nowhere (cached)
                     "eager_timer": ("twin" if job.twin else "reference") if "eager" in live else None}
-        ref(job, {"op": "drop", "timing": True})  # the reference worker lets go of the sets before they are freed
         try:
+            ref(job, {"op": "drop", "timing": True})  # the reference worker lets go of the sets before they are freed
             ask(job, {"op": "release", "slots": sets})
         except Exception:
-            pass  # the candidate is gone or stuck; the original failure is what gets reported
+            pass  # a worker is gone or stuck: the original failure is what gets reported (_finish drops again)
     _wall_estimate(job)
 
 
