@@ -16,15 +16,11 @@ JSON-safe plain data (tuples become lists); `Episode.from_dict(json.loads(json.d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from davinci.kernelgym.result import EvalResult
 from davinci.llm.types import AgentRole, GenOutput, Message
 from davinci.types import Candidate
-
-if TYPE_CHECKING:
-    from davinci.rl.rewards import Parent
-
 
 def genoutput_to_dict(out: GenOutput) -> dict[str, Any]:
     return {
@@ -127,14 +123,6 @@ class Episode:
     skill_rejection: str | None  # why the summary did not give a skill
     start_state: str | None = None  # parent_hash of the RL start state it began from (`starts.py`); None = from scratch
     start_speedup: float | None = None  # that parent's measured speedup: a revision's turns are scored against it
-
-    def parent(self) -> "Parent | None":
-        """The program this episode revises (rewards score its turns against it); None when it began from scratch."""
-        from davinci.rl.rewards import Parent
-
-        if self.start_state is None or self.start_speedup is None:
-            return None
-        return Parent(self.start_state, self.start_speedup)
 
     @property
     def solved(self) -> bool:

@@ -178,10 +178,11 @@ def stops(turn: Turn, cfg: Any, start: StartState | None = None) -> bool:
     parent itself is already correct, and stopping on it would end the episode on an echo."""
     if cfg.stop_when == "never" or not turn.correct:
         return False
-    if start is not None and start.speedup is not None:
-        from davinci.rl.rewards import Parent, improves
+    from davinci.rl.rewards import Parent, improves
 
-        return improves(turn.result, Parent(start.parent_hash, start.speedup))
+    parent = Parent.of(start.parent_hash, start.speedup) if start is not None else None
+    if parent is not None:
+        return improves(turn.result, parent)
     return cfg.stop_when == "correct" or (turn.speedup or 0.0) >= cfg.stop_speedup
 
 

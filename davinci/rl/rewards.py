@@ -234,6 +234,12 @@ class Parent:
     code_hash: str
     speedup: float
 
+    @classmethod
+    def of(cls, code_hash: str | None, speedup: float | None) -> "Parent | None":
+        """The parent of an episode that began from a start state; None when it began from scratch (or its
+        parent's speedup was never measured: nothing to improve on)."""
+        return None if code_hash is None or speedup is None else cls(code_hash, speedup)
+
 
 # A revision must beat the parent's speedup by this factor at the lower end of its CI: the parent's figure
 # comes from another run (another time, maybe another host), whose drift a within-run CI does not cover, and

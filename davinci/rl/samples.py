@@ -32,7 +32,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from davinci.rl.advantages import AdvantageItem, compute_advantages
 from davinci.rl.config import RLConfig
-from davinci.rl.rewards import EpisodeRewards, episode_rewards
+from davinci.rl.rewards import EpisodeRewards, Parent, episode_rewards
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def advantage_plan(
     Pure: no model, no token ids. Returns every trainable generation in order, and each episode's rewards.
     """
     cfg: RLConfig = profile.rl
-    rewards = [episode_rewards([t.result for t in ep.turns], cfg, horizon=profile.agents.turns, parent=ep.parent())
+    rewards = [episode_rewards([t.result for t in ep.turns], cfg, horizon=profile.agents.turns, parent=Parent.of(ep.start_state, ep.start_speedup))
                for ep in episodes]
     planned = [p for ep, r in zip(episodes, rewards) for p in _episode_items(ep, r)]
     planned += _summary_items(pending_summaries, summary_rewards)
