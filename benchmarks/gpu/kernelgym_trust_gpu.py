@@ -104,6 +104,9 @@ def run(device: str, presets: list[str]) -> list[dict]:
                              "wall": {k: r.details.get(k) for k in ("wall_floor_ratios", "wall_excess_ms", "timing_sources")}})
                 log(f"{preset} {kind} {name}: {'ok' if ok else 'FAIL'} correct={r.correct} flags={r.flags} "
                     f"kind={r.error_kind} speedup={r.speedup}")
+                if not ok:  # what the verdict rests on, in the log too (a job stopped at its limit writes no table)
+                    log(f"    error: {error[-400:]!r}; coverage {r.kernel_coverage}; wall {rows[-1]['wall']}")
+                write_json(f"kernelgym_trust_{ev.device}_partial.json", rows)
     return rows
 
 

@@ -7,8 +7,9 @@
 #
 # Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchold (the tree in .gpu/old, side by side),
 # memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
-# lineage ($LINEAGE_ARGS), ipcrelease, underload ($UNDERLOAD_ARGS; multi-GPU), cluster (kernelgym_cluster_bench.py on the GPUs; $CLUSTER_ARGS, e.g. --modes local local-dask:8).
-# Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms).
+# lineage ($LINEAGE_ARGS), thrnew / throld (issue 14's one-GPU throughput, this tree / .gpu/old; $THR_MODES, $THR_OLD_MODES), ipcrelease, stall ($STALL_ARGS), underload ($UNDERLOAD_ARGS; multi-GPU), cluster (kernelgym_cluster_bench.py on the GPUs; $CLUSTER_ARGS, e.g. --modes local local-dask:8).
+# Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms; only the GPUs
+# in CUDA_VISIBLE_DEVICES where it is set, so two suites can run side by side, one per GPU, each with its own $OUT).
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
 set -u
 cd "$(dirname "$0")/../.."
@@ -23,7 +24,10 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$WORK/device.txt"
+SMI_GPUS=()
+[ -n "${CUDA_VISIBLE_DEVICES:-}" ] && SMI_GPUS=(-i "$CUDA_VISIBLE_DEVICES")
+nvidia-smi "${SMI_GPUS[@]}" --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$WORK/device.txt"
+echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset} of $(nvidia-smi -L | wc -l) GPUs; kernel $(uname -r) (4.4.0: gVisor)" | tee -a "$WORK/device.txt"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$WORK/device.txt"
 
 job_cmd() {
@@ -42,6 +46,9 @@ job_cmd() {
     evolution)  echo "python3 benchmarks/gpu/evolution_gpu.py ${EVOLUTION_ARGS:-}" ;;
     lineage)    echo "python3 benchmarks/gpu/lineage_gpu.py ${LINEAGE_ARGS:-}" ;;
     cluster)    echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --out $2/kernelgym_cluster_bench.txt ${CLUSTER_ARGS:-}" ;;
+    thrnew)     echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --problems all --reps 3 --cold-reps 1 --cache-dir /tmp/kg-thr-new --out $2/kernelgym_throughput_new.txt --modes ${THR_MODES:-local 'local/2 lanes' 'local/4 lanes'}" ;;
+    throld)     echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --problems all --reps 3 --cold-reps 1 --cache-dir /tmp/kg-thr-old --out $2/kernelgym_throughput_old.txt --tree .gpu/old --modes ${THR_OLD_MODES:-local 'local/4 lanes'}" ;;
+    stall)      echo "python3 benchmarks/gpu/kernelgym_stall_probe.py ${STALL_ARGS:-}" ;;
     benchnew)   echo "python3 benchmarks/kernelgym_bench.py --tag new" ;;
     benchold)   echo "cd .gpu/old && PYTHONPATH=\$PWD:\$PYTHONPATH python3 benchmarks/kernelgym_bench.py --tag old" ;;
     memory)     echo "python3 benchmarks/gpu/rl_update_memory.py" ;;
@@ -66,7 +73,7 @@ for spec in "$@"; do
   start=$(date +%s)
   # Device memory while the job runs, outside its processes: the whole GPU and each process (pid, MiB),
   # every 250 ms, with timestamps to line up with the job's log (which evaluation held how much).
-  nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader -lms 250 > "$dir/gpu_memory.csv" 2>/dev/null &
+  nvidia-smi "${SMI_GPUS[@]}" --query-gpu=timestamp,memory.used --format=csv,noheader -lms 250 > "$dir/gpu_memory.csv" 2>/dev/null &
   watch_gpu=$!
   nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader -lms 250 > "$dir/gpu_memory_by_pid.csv" 2>/dev/null &
   watch_pid=$!
