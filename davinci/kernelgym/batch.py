@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.evaluator import Evaluator, _simple_result, evaluate_on
 from davinci.kernelgym.builddirs import bound_build, lock_build_folder, prepare_dirs
-from davinci.kernelgym.lane import Lane
+from davinci.kernelgym.lane import CHILD_FRAME_BYTES, Lane
 from davinci.kernelgym.protocol import Channel
 from davinci.kernelgym.result import EvalResult
 from davinci.types import Candidate, Problem
@@ -110,7 +110,7 @@ class Prebuilder:
             key = os.urandom(32)
             child.chan.send({"op": "job", "key": key.hex(), "device": "cpu", "transport": "host", "init": [],
                              "init_seed": 0, "prebuild": True, **paths}, (), deadline)
-            Channel(child.sock, verify_key=key).recv(deadline)  # returns when the import (and build) is done
+            Channel(child.sock, verify_key=key, max_blob_bytes=CHILD_FRAME_BYTES).recv(deadline)  # returns when the import (and build) is done
         except Exception:
             pass  # pre-building is a cache warm-up; the GPU lane reports any build error itself
         finally:

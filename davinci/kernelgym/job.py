@@ -335,7 +335,7 @@ def probe_isolation(lane: Lane) -> dict[str, Any]:
         child.chan.send({"op": "job", "key": secret.hex(), "device": lane.device, "transport": lane.transport,
                          "init": [], "init_seed": 0, "probe": True, "log": str(folder / "log.txt"),
                          "confine": confine_paths(lane, [folder])}, (), deadline)
-        child.chan = Channel(child.sock, verify_key=secret)
+        child.chan = Channel(child.sock, verify_key=secret, max_blob_bytes=REPLY_SLACK)
         reply, _ = child.chan.recv(deadline)
     except (ChannelTimeout, ChannelClosed, ProtocolError) as exc:
         raise WorkerDied(f"the isolation probe did not answer ({exc})") from None

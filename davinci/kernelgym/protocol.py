@@ -64,11 +64,14 @@ class Channel:
     """A framed, optionally authenticated, deadline-aware view of a connected stream socket.
 
     `sign_key` signs outgoing frames (the candidate side); `verify_key` checks incoming ones (the
-    supervisor's side of a candidate channel). `max_blob_bytes` bounds what a peer may make us allocate.
+    supervisor's side of a candidate channel). `max_blob_bytes` bounds what a peer may make us allocate: every
+    channel that reads from the candidate's process sets one; None (unbounded) is for a trusted peer (the
+    supervisor, the reference worker), whose frames carry whole problems' tensors over the host transport
+    (a 'check' request of a problem with 6.4 GB outputs carries the outputs and the inputs after the call).
     """
 
     def __init__(self, sock: socket.socket, *, sign_key: bytes | None = None, verify_key: bytes | None = None,
-                 max_blob_bytes: int = 8 << 30) -> None:
+                 max_blob_bytes: int | None = None) -> None:
         self.sock = sock
         self._signer = hmac.new(sign_key, digestmod="sha256") if sign_key else None
         self._verifier = hmac.new(verify_key, digestmod="sha256") if verify_key else None
@@ -144,7 +147,7 @@ class Channel:
         limit = self.max_blob_bytes if max_blob_bytes is None else max_blob_bytes
         prefix = self._recv_exact(PREFIX.size, deadline)
         magic, json_len, blob_len = PREFIX.unpack(prefix)
-        if magic != MAGIC or json_len > MAX_JSON or blob_len > limit:
+        if magic != MAGIC or json_len > MAX_JSON or (limit is not None and blob_len > limit):
             raise ProtocolError(f"bad frame prefix (magic {bytes(magic)!r}, json {json_len}, blobs {blob_len}, "
                                 f"limit {limit})")
         body = self._recv_exact(json_len, deadline)

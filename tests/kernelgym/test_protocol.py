@@ -65,6 +65,27 @@ def test_oversized_frames_are_refused_before_allocation():
         Channel(b, max_blob_bytes=100).recv(time.monotonic() + 2)
 
 
+def test_a_trusted_peers_frame_is_not_bounded_by_a_default():
+    """The supervisor and the reference worker exchange whole problems' tensors over the host transport (a
+    'check' of 19_ReLU carries 6.4 GB of outputs and 6.4 GB of inputs after the call): a channel with no
+    bound reads on, where a bounded one refuses the claim at once. The peer here claims 9 GiB and closes."""
+    import json
+
+    def claim(sock: socket.socket) -> None:
+        body = json.dumps({"op": "check", "seq": 0, "blobs": [9 << 30]}).encode()
+        sock.sendall(PREFIX.pack(MAGIC, len(body), 9 << 30) + body + b"x" * 64)
+        sock.close()
+
+    a, b = socket.socketpair()
+    claim(a)
+    with pytest.raises(ChannelClosed):  # it read the 64 bytes that came, then found the peer gone
+        Channel(b).recv(time.monotonic() + 2)
+    a, b = socket.socketpair()
+    claim(a)
+    with pytest.raises(ProtocolError, match="limit"):
+        Channel(b, max_blob_bytes=16 << 20).recv(time.monotonic() + 2)
+
+
 def _peak_while(fn) -> int:
     """Peak bytes Python allocated while `fn` ran (tracemalloc sees bytearray buffers)."""
     tracemalloc.start()
