@@ -20,6 +20,13 @@ allocated in the exporter until it exits, tens of GB on GB-sized problems. So th
 itself (`Exports`): the harness drops its own reference when the supervisor releases a slot or a kept
 output, which it does only after the reference worker is done with it. A counter decremented by both sides
 goes to -1, which torch frees the same as 0.
+
+No CUDA IPC *event* crosses: the exporter synchronizes its stream before a descriptor leaves, and the
+receiver never opens an event handle (whatever the descriptor says). The driver keeps an interprocess
+event's host state in a file in the exporter's /dev/shm (`cuda.shm.*`), so behind the candidate's private
+/dev/shm every `cudaIpcOpenEventHandle` failed ("mapping of buffer object failed", seen on H100 and H200
+machines, benchmarks/results/h100/session_2026-11-26b), the IPC probe failed, and every evaluation fell
+back to host copies. Memory handles need no such file.
 """
 
 from __future__ import annotations
@@ -74,11 +81,13 @@ def _ipc_desc(t: torch.Tensor) -> dict[str, Any]:
     if fn is not rebuild_cuda_tensor or len(args) != 15:
         raise TransportError("unexpected torch CUDA IPC reduction layout")
     (_, size, stride, offset, _, dtype, device, handle, size_bytes, storage_offset_bytes, _,
-     ref_handle, ref_offset, event_handle, event_sync) = args
+     ref_handle, ref_offset, _event_handle, _event_sync) = args
+    # the receiver opens no IPC event (module docstring): the data must be complete before it leaves
+    torch.cuda.current_stream(t.device).synchronize()
     return {"kind": "ipc", "dtype": dtype_name(dtype), "shape": list(size), "stride": list(stride),
             "offset": int(offset), "device": int(device), "handle": _b64(handle), "size_bytes": int(size_bytes),
             "storage_offset_bytes": int(storage_offset_bytes), "ref_handle": _b64(ref_handle),
-            "ref_offset": int(ref_offset), "event": _b64(event_handle), "event_sync": bool(event_sync)}
+            "ref_offset": int(ref_offset)}
 
 
 def encode(values: Sequence[Any], mode: Mode, blobs: list) -> list[dict[str, Any]]:
@@ -138,7 +147,7 @@ def _ipc_tensor(desc: dict[str, Any]) -> torch.Tensor:
     return rebuild_cuda_tensor(
         torch.Tensor, torch.Size(shape), tuple(stride), offset, torch.storage.TypedStorage, dtype,
         ints[0], _unb64(desc.get("handle")), size_bytes, ints[1], False,
-        _unb64(desc.get("ref_handle")), ints[2], _unb64(desc.get("event")), bool(desc.get("event_sync")),
+        _unb64(desc.get("ref_handle")), ints[2], b"", False,  # no IPC event, whatever the sender wrote
     )
 
 

@@ -39,3 +39,21 @@ def test_each_export_is_released_once_with_its_owner() -> None:
     assert ex.release("slot:in0") == 2
     assert released == [(b"/torch_7_x", 2), (b"/torch_7_x", 3), (b"/torch_7_x", 0), (b"/torch_7_x", 1)]
     assert ex.owners() == []
+
+
+def test_the_receiver_never_opens_an_ipc_event(monkeypatch) -> None:
+    """The driver keeps an interprocess event's state in a file in the exporter's /dev/shm, which is private
+    for a candidate: opening its event failed every CUDA IPC transfer on the GPU, so the exporter synchronizes
+    instead and the receiver ignores whatever event a descriptor names (a forged one would be opened too)."""
+    import torch.multiprocessing.reductions as reductions
+
+    from davinci.kernelgym import transport
+
+    seen: list[tuple] = []
+    monkeypatch.setattr(reductions, "rebuild_cuda_tensor", lambda *args: seen.append(args) or "rebuilt")
+    desc = {**_ipc("/torch_9_y", 5), "stride": [1], "offset": 0, "device": 0, "handle": base64.b64encode(b"h").decode(),
+            "size_bytes": 16, "storage_offset_bytes": 0, "event": base64.b64encode(b"forged").decode(), "event_sync": True}
+    assert transport.decode([desc], [], "cuda") == ["rebuilt"]
+    (args,) = seen
+    assert args[-2:] == (b"", False)
+    assert args[-4:-2] == (b"/torch_9_y", 5)  # the reference counter still travels (the exporter releases it)
