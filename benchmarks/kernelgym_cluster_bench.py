@@ -86,6 +86,15 @@ def run_mode(items: list[tuple[Any, Any]], config: Any, cold_items: list[tuple[A
         from davinci.kernelgym.cluster import close_clients
 
         close_clients(cluster)
+    phases: dict[str, list[float]] = {}
+    for r in results:  # where the seconds of the warm batch went (details.phase_s), summed over its evaluations
+        for name, sec in (r.details.get("phase_s") or {}).items():
+            phases.setdefault(name, []).append(sec)
+    if phases:
+        total = sum(r.wall_s for r in results) or 1.0
+        print("  seconds by phase (sum over the batch, share of evaluation wall): " + ", ".join(
+            f"{k} {sum(v):.1f} ({100 * sum(v) / total:.0f}%)" for k, v in sorted(phases.items(), key=lambda kv: -sum(kv[1]))),
+            flush=True)
     for (problem, _), r in zip(items, results):
         if not r.correct or r.flags:  # reference solutions: every one should pass; say which did not and why
             print(f"  not passed: {problem.name}: {r.error_kind} {list(r.flags)} {(r.error or '')[-300:]!r}", flush=True)

@@ -33,7 +33,7 @@ from davinci.kernelgym.gpugate import GateBusy
 from davinci.errors import DavinciError
 from davinci.kernelgym.job import (BuildBusy, CandidateFailure, Job, ReferenceFailure, acquire_build_lock, build,
                                    cleanup, correctness, derive_seed, describe_exit, fork_twin, gather_evidence, gpu_phase,
-                                   load_problem, log_tail, probe_isolation, ref, account_pass, accounts)
+                                   load_problem, log_tail, phase, probe_isolation, ref, account_pass, accounts)
 from davinci.kernelgym.isolation import REQUIRED
 from davinci.kernelgym.lane import Lane, WorkerDied
 from davinci.kernelgym.problem import apply_shape_overrides
@@ -232,6 +232,7 @@ def make_job(ev: Evaluator, lane: Lane, problem: Problem, candidate: Candidate, 
 
 
 def _run(ev: Evaluator, job: Job, measure: bool) -> None:
+    """The evaluation's phases in order; each one's wall time lands in `details.phase_s`."""
     found = static_findings(job.checks, job.candidate.code, job.problem.code, job.backend)
     job.static = [f for f in found if f.check not in ADVISORY]
     job.advice = [f for f in found if f.check in ADVISORY]  # feedback only (checks/__init__.ADVISORY)
@@ -239,32 +240,40 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
         job.fail("needs_gpu", "this candidate builds CUDA kernels (load_inline); it needs a GPU. On the CPU only "
                               "Triton candidates run (interpreter)")
         return
-    load_problem(job)
-    acquire_build_lock(job)  # evaluations of the same code take turns on its build folder (see there)
-    job.child = job.lane.take_child()
+    with phase(job, "setup"):
+        load_problem(job)
+        acquire_build_lock(job)  # evaluations of the same code take turns on its build folder (see there)
+        job.child = job.lane.take_child()
     job.defer_profile = measure and not job.static  # it will be timed: keep the profiler out until then
-    build(job)
+    with phase(job, "build"):
+        build(job)
     if not job.compiled:
         return
     # Other lanes on this GPU may run correctness beside ours, but never while one of them times (gpugate).
     with gpu_phase(job, "shared"):
         job.run_deadline = time.monotonic() + job.cfg.run_timeout_s
-        correctness(job)
-        if job.numerics_ok and measure and not job.static and perf.twin_wanted(job):
-            fork_twin(job)  # the twin's device start overlaps the evidence phase
-        if job.numerics_ok:
-            gather_evidence(job)
+        with phase(job, "correctness"):
+            correctness(job)
+        with phase(job, "evidence"):
+            if job.numerics_ok and measure and not job.static and perf.twin_wanted(job):
+                fork_twin(job)  # the twin's device start overlaps the evidence phase
+            if job.numerics_ok:
+                gather_evidence(job)
     if not job.numerics_ok:
         return
     pre = runtime_findings(job.checks, _evidence(job))
-    _accounting(job)  # before timing: a candidate that hangs when timed is still accounted for
+    with phase(job, "accounting"):
+        _accounting(job)  # before timing: a candidate that hangs when timed is still accounted for
     accounted = job.evidence.torch_compute or job.evidence.host_compute
     if measure and not job.static and not pre and job.error_kind is None and not accounted:
         with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
-            _timing(job)
+            job.phase_s["gpu_queue"] = waited_s
+            with phase(job, "timing"):
+                _timing(job)
         if job.perf.get("rounds") and not job.timing_incomplete and job.error_kind is None:
-            gather_evidence(job)  # identities again: a patch made during timing shows up too
+            with phase(job, "evidence"):
+                gather_evidence(job)  # identities again: a patch made during timing shows up too
 
 
 def _accounting(job: Job) -> None:
@@ -320,7 +329,8 @@ def evaluate_on(ev: Evaluator, lane: Lane, problem: Problem, candidate: Candidat
     except Exception as exc:
         job.fail("internal", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-2000:])
     finally:
-        _finish(lane, job)
+        with phase(job, "cleanup"):
+            _finish(lane, job)
     try:
         return assemble(ev, job, time.monotonic() - t0)
     except Exception as exc:
@@ -456,7 +466,8 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                  "advice": {f.check: f.reason for f in job.advice},
                  # the profiled round's device time per kernel or copy (us), the harness's own left out
                  "kernels": [[n, round(us, 1)] for n, us in (job.evidence.profiler_kernels or [])[:12]],
-                 "work": job.info.get("work"), "transport_note": lane.transport_note},
+                 "work": job.info.get("work"), "transport_note": lane.transport_note,
+                 "phase_s": {k: round(v, 3) for k, v in job.phase_s.items()}},
     )
 
 

@@ -30,7 +30,7 @@ import shutil
 import signal
 import time
 import uuid
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,7 @@ class Job:
     build_lock: int | None = None                      # fd holding the flock on this code's build folder
     log_fd: int | None = None                          # our descriptor on the log file we created (log_tail)
     twin_dir: Path | None = None                       # the twin's folder, under the lane's supervisor-only root
+    phase_s: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (details.phase_s: where they go)
 
     def fail(self, kind: str, message: str) -> None:
         if self.error_kind is None:
@@ -204,6 +205,16 @@ def acquire_build_lock(job: Job) -> None:
     # of identical candidates (GRPO groups) behind it. Timing out here is never the candidate's fault.
     job.build_lock = lock_build_folder(job.lane.build_root, job.candidate.code_hash,
                                        job.cfg.compile_timeout_s + job.cfg.run_timeout_s + BUILD_LOCK_SLACK_S)
+
+
+@contextmanager
+def phase(job: Job, name: str):
+    """Add the wall time of the block to `job.phase_s[name]` (a phase entered twice adds up)."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        job.phase_s[name] = job.phase_s.get(name, 0.0) + time.monotonic() - t0
 
 
 def gpu_phase(job: Job, mode: Mode) -> AbstractContextManager[float]:

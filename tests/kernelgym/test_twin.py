@@ -44,6 +44,17 @@ def test_live_eager_runs_in_the_twin_and_matches_the_same_code(plain, problem):
     assert all(src[side]["event_ms"] > 0 and src[side]["host_ms"] > 0 for side in ("cand", "eager"))
 
 
+def test_the_seconds_of_an_evaluation_are_split_by_phase(plain, problem):
+    """details.phase_s says where an evaluation's wall time went (the throughput benches print it)."""
+    p = problem("relu")
+    r = plain.evaluate(p, as_candidate(p), seed=1)
+    assert r.correct, r.feedback
+    phases = r.details["phase_s"]
+    assert {"setup", "build", "correctness", "evidence", "timing", "cleanup"} <= set(phases)
+    assert all(v >= 0 for v in phases.values()) and phases["timing"] > 0
+    assert sum(phases.values()) <= r.wall_s + 1e-3  # disjoint pieces of one wall clock
+
+
 def test_reference_worker_timing_is_still_available(tmp_path, make_config, problem):
     p = problem("relu")
     with Evaluator(make_config(tmp_path, checks="none", profile_coverage=False, eager_timer="reference")) as ev:
