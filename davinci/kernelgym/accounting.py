@@ -30,7 +30,10 @@ glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouche
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -149,6 +152,7 @@ class PoisonMode(TorchDispatchMode):
         self.wrapped: list[str] = []  # custom ops that ran the candidate's kernels
         self.launches = launches or (lambda: 0)
         self.work = 0  # `op_work` of every compute op PyTorch ran for the candidate, poisoned or not
+        self.mark = False  # under `accounted`: each op runs inside a HIDDEN_MARK range the profiler records
         # (start, bytes, element size) of the inputs' storages and of every copy glue made of them (`derive`)
         self.derived: list[tuple[int, int, int]] = []
 
@@ -169,7 +173,11 @@ class PoisonMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         before = self.launches()
-        out = func(*args, **(kwargs or {}))
+        if self.mark:
+            with torch._C._profiler._RecordFunctionFast(HIDDEN_MARK):
+                out = func(*args, **(kwargs or {}))
+        else:
+            out = func(*args, **(kwargs or {}))
         name = f"{func.namespace}::{_base_name(func)}" if is_custom(func) else _base_name(func)
         self.ops[name] = self.ops.get(name, 0) + 1
         if is_custom(func) and self.launches() > before:
@@ -191,6 +199,160 @@ class PoisonMode(TorchDispatchMode):
             return x
 
         return tree_map(poison, out)
+
+
+# --- PyTorch work out of the dispatch mode's sight ---------------------------------------------------------
+# The mode sees only what reaches its dispatch key: `torch._C._DisableTorchDispatch`, or the body of a custom op
+# (the mode is popped while it handles the op, and one that launched the candidate's kernels counts as its own
+# work), hide aten ops from it. The CPU profiler records every op at the dispatcher's entry whatever the modes,
+# so `accounted` runs it beside the mode (CPU activity only: no CUPTI, nothing on the device's timeline) and each
+# op the mode handles runs inside a HIDDEN_MARK range: a top-level aten op with no mark below it ran unseen.
+
+HIDDEN_MARK = "kernelgym::dispatched"
+
+
+class HiddenWork:
+    """What `accounted` found: (profiler op name, work) of every aten op that computed out of the mode's sight,
+    read from the profiler's events on first use (after the forward, so its time is not the forward's)."""
+
+    def __init__(self) -> None:
+        self.profile: Any = None  # the finished torch.profiler.profile, once the block exited normally
+        self._ops: list[tuple[str, int]] | None = None
+
+    @property
+    def ops(self) -> list[tuple[str, int]]:
+        if self._ops is None:
+            self._ops = hidden_work(self.profile.events()) if self.profile is not None else []
+        return self._ops
+
+    @property
+    def work(self) -> int:
+        return sum(w for _, w in self.ops)
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.ops]
+
+
+@contextmanager
+def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
+    """Run the block under `mode` and the CPU profiler; on a normal exit the HiddenWork reads `hidden_work`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    hidden = HiddenWork()
+    mode.mark = True
+    try:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            with mode:
+                yield hidden
+    finally:
+        mode.mark = False
+    hidden.profile = prof
+
+
+@lru_cache(maxsize=None)
+def _packet(name: str) -> Any:
+    """"aten::relu" -> torch.ops.aten.relu (None for a name that is not an aten op)."""
+    namespace, _, base = name.partition("::")
+    if namespace != "aten" or not base:
+        return None
+    try:
+        return getattr(torch.ops.aten, base)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+@lru_cache(maxsize=None)
+def _computes(name: str) -> bool:
+    """Whether a profiler aten op name is compute, judged as `is_compute` judges the mode's ops."""
+    packet = _packet(name)
+    if packet is None:
+        return False  # not an aten op (a range, a custom op): its aten ops below it are judged themselves
+    base = name.split("::")[-1]
+    # glue (allocation, copy, view by name): no new values, as for the mode (GLUE)
+    if base in GLUE or base.rstrip("_") in GLUE:
+        return False
+    overloads = [getattr(packet, o) for o in packet.overloads()]
+    # a view op shares its input's values (every overload a view)
+    if overloads and all(getattr(o, "is_view", False) for o in overloads):
+        return False
+    # metadata queries (size, result_type, is_nonzero, ...): no overload returns a tensor, so no tensor values
+    return any("Tensor" in str(r.type) for o in overloads for r in o._schema.returns)
+
+
+def _aten_children(event: Any) -> list[Any]:
+    """The nearest aten events below `event` (through ranges and custom ops)."""
+    found, stack = [], list(event.cpu_children)
+    while stack:
+        e = stack.pop()
+        if e.name.startswith("aten::"):
+            found.append(e)
+        else:
+            stack += list(e.cpu_children)
+    return found
+
+
+def _marked(event: Any) -> bool:
+    """Whether the mode handled `event` or an op below it (a HIDDEN_MARK range in its subtree)."""
+    stack = list(event.cpu_children)
+    while stack:
+        e = stack.pop()
+        if e.name == HIDDEN_MARK:
+            return True
+        stack += list(e.cpu_children)
+    return False
+
+
+def _top_level(event: Any) -> bool:
+    """Whether no aten op encloses `event` (one that does is its implementation, counted with it)."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return False
+        parent = parent.cpu_parent
+    return True
+
+
+def _shape_work(event: Any) -> int:
+    """`op_work` from the recorded input shapes: FLOPs where PyTorch has a formula, else the largest input's
+    element count (the output is not recorded; an elementwise op or a reduction reads that many)."""
+    from torch.utils.flop_counter import flop_registry
+
+    shapes = [tuple(s) if isinstance(s, list) and all(isinstance(d, int) for d in s) else s
+              for s in (event.input_shapes or [])]
+    formula = flop_registry.get(_packet(event.name))
+    if formula is not None:
+        try:
+            flops = int(formula(*shapes, out_val=None))
+            if flops > 0:
+                return flops
+        except Exception:
+            pass  # a formula that needs non-tensor arguments the profiler did not keep (convolution's flags)
+    return max((math.prod(s) for s in shapes if isinstance(s, tuple)), default=0)
+
+
+def _event_work(event: Any) -> int:
+    """Work of a hidden op: the sum of its compute sub-ops' (`linear` is its `addmm`), else its own."""
+    inner = [c for c in _aten_children(event) if _computes(c.name)]
+    if inner:
+        return sum(_event_work(c) for c in inner)
+    return _shape_work(event)
+
+
+def hidden_work(events: Any) -> list[tuple[str, int]]:
+    """(name, work) of each top-level aten compute op in the profiler's `events` the mode did not handle."""
+    found = []
+    for e in events:
+        # only aten ops with no aten op above them: the calls made from Python / C++ code, not implementations
+        if not e.name.startswith("aten::") or not _top_level(e):
+            continue
+        # glue, views and metadata queries compute nothing; an op the mode handled is counted there already
+        if not _computes(e.name) or _marked(e):
+            continue
+        work = _event_work(e)
+        if work > 0:
+            found.append((e.name, work))
+    return found
 
 
 class StoreRecorder:
@@ -304,9 +466,11 @@ class StoreRecorder:
 SHARE_MOST = 0.5
 
 
-def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None) -> str | None:
+def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None,
+                  hidden: list[str] | None = None) -> str | None:
     """`torch_compute` evidence or None, from the poisoned forward's outcome (`changed`: why the answer changed or
-    the forward failed; None = it still matched) and the two works.
+    the forward failed; None = it still matched) and the two works. `hidden`: names of the ops PyTorch ran out of
+    the dispatch mode's sight (`hidden_work`; their work is inside `torch_work`), named in the message.
 
     >>> torch_verdict("16384 of 16384 elements out of tolerance", 16384, 16384) is not None
     True
@@ -318,5 +482,8 @@ def torch_verdict(changed: str | None, torch_work: float | None, reference_work:
     if changed:
         return changed
     if reference_work and torch_work is not None and float(torch_work) / float(reference_work) >= SHARE_MOST:
-        return f"PyTorch's own ops did {100 * float(torch_work) / float(reference_work):.0f}% of the reference's work"
+        share = f"PyTorch's own ops did {100 * float(torch_work) / float(reference_work):.0f}% of the reference's work"
+        if hidden:
+            share += f" (ops run out of the accounting's sight: {', '.join(sorted(set(hidden))[:8])})"
+        return share
     return None
