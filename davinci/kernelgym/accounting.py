@@ -222,7 +222,7 @@ class HiddenWork:
     @property
     def ops(self) -> list[tuple[str, int]]:
         if self._ops is None:
-            self._ops = hidden_work(self.profile.events()) if self.profile is not None else []
+            self._ops = hidden_work(self.profile.profiler.kineto_results.events()) if self.profile is not None else []
         return self._ops
 
     @property
@@ -280,47 +280,68 @@ def _computes(name: str) -> bool:
     return any("Tensor" in str(r.type) for o in overloads for r in o._schema.returns)
 
 
-def _aten_children(event: Any) -> list[Any]:
-    """The nearest aten events below `event` (through ranges and custom ops)."""
-    found, stack = [], list(event.cpu_children)
+class _Op:
+    """One profiler event as a node of its thread's call tree (built by `_tree`; kineto's raw events carry
+    no parent links, and FunctionEvent trees cost ten times more to build)."""
+
+    __slots__ = ("name", "start", "end", "event", "parent", "children", "marked", "under_aten")
+
+    def __init__(self, event: Any) -> None:
+        self.name: str = event.name()
+        self.start, self.end = event.start_ns(), event.start_ns() + max(0, event.duration_ns())
+        self.event = event
+        self.parent: _Op | None = None
+        self.children: list[_Op] = []
+        self.marked = False  # a HIDDEN_MARK range in its subtree: the mode handled it or an op below it
+        self.under_aten = False  # an aten op encloses it: part of that op's implementation
+
+
+def _tree(events: Any) -> list[_Op]:
+    """Every event as an `_Op`, nested by time within its thread (an event inside another's span is its child),
+    with `marked` and `under_aten` set."""
+    by_thread: dict[int, list[_Op]] = {}
+    for e in events:
+        by_thread.setdefault(e.start_thread_id(), []).append(_Op(e))
+    ops: list[_Op] = []
+    for nodes in by_thread.values():
+        nodes.sort(key=lambda n: (n.start, -n.end))
+        stack: list[_Op] = []
+        for n in nodes:
+            while stack and not (stack[-1].start <= n.start and n.end <= stack[-1].end):
+                stack.pop()
+            if stack:
+                n.parent = stack[-1]
+                n.parent.children.append(n)
+                n.under_aten = n.parent.under_aten or n.parent.name.startswith("aten::")
+            stack.append(n)
+            if n.name == HIDDEN_MARK:  # tell every enclosing op the mode saw something inside it
+                up = n.parent
+                while up is not None and not up.marked:
+                    up.marked, up = True, up.parent
+        ops += nodes
+    return ops
+
+
+def _aten_children(op: _Op) -> list[_Op]:
+    """The nearest aten ops below `op` (through ranges and custom ops)."""
+    found, stack = [], list(op.children)
     while stack:
-        e = stack.pop()
-        if e.name.startswith("aten::"):
-            found.append(e)
+        c = stack.pop()
+        if c.name.startswith("aten::"):
+            found.append(c)
         else:
-            stack += list(e.cpu_children)
+            stack += c.children
     return found
 
 
-def _marked(event: Any) -> bool:
-    """Whether the mode handled `event` or an op below it (a HIDDEN_MARK range in its subtree)."""
-    stack = list(event.cpu_children)
-    while stack:
-        e = stack.pop()
-        if e.name == HIDDEN_MARK:
-            return True
-        stack += list(e.cpu_children)
-    return False
-
-
-def _top_level(event: Any) -> bool:
-    """Whether no aten op encloses `event` (one that does is its implementation, counted with it)."""
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name.startswith("aten::"):
-            return False
-        parent = parent.cpu_parent
-    return True
-
-
-def _shape_work(event: Any) -> int:
+def _shape_work(op: _Op) -> int:
     """`op_work` from the recorded input shapes: FLOPs where PyTorch has a formula, else the largest input's
     element count (the output is not recorded; an elementwise op or a reduction reads that many)."""
     from torch.utils.flop_counter import flop_registry
 
     shapes = [tuple(s) if isinstance(s, list) and all(isinstance(d, int) for d in s) else s
-              for s in (event.input_shapes or [])]
-    formula = flop_registry.get(_packet(event.name))
+              for s in (op.event.shapes() or [])]
+    formula = flop_registry.get(_packet(op.name))
     if formula is not None:
         try:
             flops = int(formula(*shapes, out_val=None))
@@ -331,27 +352,28 @@ def _shape_work(event: Any) -> int:
     return max((math.prod(s) for s in shapes if isinstance(s, tuple)), default=0)
 
 
-def _event_work(event: Any) -> int:
+def _op_work(op: _Op) -> int:
     """Work of a hidden op: the sum of its compute sub-ops' (`linear` is its `addmm`), else its own."""
-    inner = [c for c in _aten_children(event) if _computes(c.name)]
+    inner = [c for c in _aten_children(op) if _computes(c.name)]
     if inner:
-        return sum(_event_work(c) for c in inner)
-    return _shape_work(event)
+        return sum(_op_work(c) for c in inner)
+    return _shape_work(op)
 
 
 def hidden_work(events: Any) -> list[tuple[str, int]]:
-    """(name, work) of each top-level aten compute op in the profiler's `events` the mode did not handle."""
+    """(name, work) of each top-level aten compute op among the profiler's raw `events` (kineto's) that the
+    mode did not handle."""
     found = []
-    for e in events:
+    for op in _tree(events):
         # only aten ops with no aten op above them: the calls made from Python / C++ code, not implementations
-        if not e.name.startswith("aten::") or not _top_level(e):
+        if not op.name.startswith("aten::") or op.under_aten:
             continue
         # glue, views and metadata queries compute nothing; an op the mode handled is counted there already
-        if not _computes(e.name) or _marked(e):
+        if op.marked or not _computes(op.name):
             continue
-        work = _event_work(e)
+        work = _op_work(op)
         if work > 0:
-            found.append((e.name, work))
+            found.append((op.name, work))
     return found
 
 
