@@ -15,17 +15,25 @@ against the reference forward's work counted the same way (`torch_work`, in the 
 (SHARE_MOST) even where nothing was poisoned, is `torch_compute` (a "fallback" behind a token kernel, a
 kernel launched on the first call only, answers assembled from pieces too small to poison). No name in the
 candidate's source is read.
-In-process, as every check of the candidate's own process is: `torch._C._DisableTorchDispatch` or a thread
-of its own hides PyTorch work from the mode (the red team's rt2_01b/rt2_02); on the CPU the store record
-(`kernel_share`) still sees an output its kernels did not write, unless a copy kernel launders it.
+Work out of the mode's sight: `torch._C._DisableTorchDispatch`, or the body of a custom op (the mode is popped
+while it handles one, and one that launched the candidate's kernels is its own work), hides aten ops from the
+mode. `accounted` runs the CPU profiler beside it (CPU activity only: no CUPTI, nothing on the device), which
+records every op at the dispatcher's entry; `hidden_work` adds each top-level aten compute op the mode did not
+handle to PyTorch's work, named in the verdict (the red team's c2_fb_disable_dispatch_launder and
+c2_fb_custom_op_token_kernel, on a GPU too). In-process, as every check of the candidate's own process is: a
+thread of its own still hides PyTorch work from both (the profiler records the threads it was started on; the
+red team's rt2_02); on the CPU the store record (`kernel_share`) still sees an output its kernels did not
+write, unless a copy kernel launders it.
 
 The forward runs after timing (a later call than any the candidate saw before), on fresh inputs. Honest
 glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouched, and so is small work
 (scalars, per-row statistics of fewer than MIN_POISON_NUMEL elements).
 
-    with PoisonMode() as mode:
+    mode = PoisonMode()
+    with accounted(mode) as hidden:
         out = model(*inputs)
     mode.poisoned   # [(op name, numel), ...] of the results that were overwritten
+    mode.work + hidden.work   # PyTorch's work, seen by the mode or not; hidden.names: the unseen ops
 """
 
 from __future__ import annotations

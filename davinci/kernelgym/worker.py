@@ -228,13 +228,7 @@ class Harness:
         evidence = {"launched": launched, "kernel_ms": kernel_ms, "forward_ms": fwd_ms, "poisoned": poisoned,
                     "threads": [*before, *guards.thread_counts()], "launched_after": after}
         if mode is not None:
-            evidence["torch_ops"] = mode.poisoned[:32]
-            evidence["torch_work"] = mode.work + hidden.work
-            evidence["torch_hidden"] = hidden.names[:16]
-            if self.stores.installed:
-                evidence["kernel_share"] = self.stores.kernel_share(leaves)
-                evidence["input_share"] = self.stores.input_share(mode.derived, elements)
-                self.stores.stores, self.stores.loads = [], []
+            evidence.update(self._accounting(mode, hidden, leaves, elements))
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
@@ -251,6 +245,17 @@ class Harness:
         if self.mode == "host":
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
         return reply, out_blobs
+
+    def _accounting(self, mode: PoisonMode, hidden: HiddenWork, leaves: list[Any], elements: int) -> dict[str, Any]:
+        """The accounting forward's evidence (accounting.py): PyTorch's work, seen by the mode or out of its
+        sight, and on the CPU the kernels' share of the output's stores and of the input's loads."""
+        evidence = {"torch_ops": mode.poisoned[:32], "torch_work": mode.work + hidden.work,
+                    "torch_hidden": hidden.names[:16]}
+        if self.stores.installed:
+            evidence["kernel_share"] = self.stores.kernel_share(leaves)
+            evidence["input_share"] = self.stores.input_share(mode.derived, elements)
+            self.stores.stores, self.stores.loads = [], []
+        return evidence
 
     def op_time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         # No cyclic garbage collection inside the clocked request (a pause there lands on whichever side it
