@@ -292,7 +292,7 @@ class _Op:
     """One profiler event as a node of its thread's call tree (built by `_tree`; kineto's raw events carry
     no parent links, and FunctionEvent trees cost ten times more to build)."""
 
-    __slots__ = ("name", "start", "end", "event", "parent", "children", "marked", "under_aten")
+    __slots__ = ("name", "start", "end", "event", "parent", "children", "marked", "handled")
 
     def __init__(self, event: Any) -> None:
         self.name: str = event.name()
@@ -301,16 +301,16 @@ class _Op:
         self.parent: _Op | None = None
         self.children: list[_Op] = []
         self.marked = False  # a HIDDEN_MARK range in its subtree: the mode handled it or an op below it
-        self.under_aten = False  # an aten op encloses it: part of that op's implementation
+        self.handled = False  # the mode handled this very call (`_mark`)
 
 
 def _tree(events: Any) -> list[_Op]:
-    """Every event as an `_Op`, nested by time within its thread (an event inside another's span is its child),
-    with `marked` and `under_aten` set."""
+    """The roots of every thread's call tree of `_Op`s, nested by time (an event inside another's span is its
+    child), with `marked` and `handled` set."""
     by_thread: dict[int, list[_Op]] = {}
     for e in events:
         by_thread.setdefault(e.start_thread_id(), []).append(_Op(e))
-    ops: list[_Op] = []
+    roots: list[_Op] = []
     for nodes in by_thread.values():
         nodes.sort(key=lambda n: (n.start, -n.end))
         stack: list[_Op] = []
@@ -320,14 +320,25 @@ def _tree(events: Any) -> list[_Op]:
             if stack:
                 n.parent = stack[-1]
                 n.parent.children.append(n)
-                n.under_aten = n.parent.under_aten or n.parent.name.startswith("aten::")
+            else:
+                roots.append(n)
             stack.append(n)
-            if n.name == HIDDEN_MARK:  # tell every enclosing op the mode saw something inside it
-                up = n.parent
-                while up is not None and not up.marked:
-                    up.marked, up = True, up.parent
-        ops += nodes
-    return ops
+            if n.name == HIDDEN_MARK:
+                _mark(n)
+    return roots
+
+
+def _mark(mark: _Op) -> None:
+    """A HIDDEN_MARK range: its nearest enclosing op (past PyTorch's own "PythonDispatchMode" range, whose name
+    has no namespace) is the call the mode handled, and every enclosing op saw the mode inside it."""
+    up = mark.parent
+    while up is not None and "::" not in up.name:
+        up = up.parent
+    if up is not None:
+        up.handled = True
+    up = mark.parent
+    while up is not None and not up.marked:
+        up.marked, up = True, up.parent
 
 
 def _aten_children(op: _Op) -> list[_Op]:
@@ -369,20 +380,28 @@ def _op_work(op: _Op) -> int:
 
 
 def hidden_work(events: Any) -> list[tuple[str, int]]:
-    """(name, work) of each top-level aten compute op among the profiler's raw `events` (kineto's) that the
-    mode did not handle."""
-    found = []
-    for op in _tree(events):
-        # only aten ops with no aten op above them: the calls made from Python / C++ code, not implementations
-        if not op.name.startswith("aten::") or op.under_aten:
-            continue
-        # glue, views and metadata queries compute nothing; an op the mode handled is counted there already
-        if op.marked or not _computes(op.name):
-            continue
-        work = _op_work(op)
-        if work > 0:
-            found.append((op.name, work))
+    """(name, work) of each aten compute op among the profiler's raw `events` (kineto's) that the mode neither
+    handled nor saw inside (see `_unseen`)."""
+    found: list[tuple[str, int]] = []
+    stack = _tree(events)
+    while stack:
+        op = stack.pop()
+        if _unseen(op):
+            work = _op_work(op)
+            if work > 0:
+                found.append((op.name, work))
+        elif not (op.handled and _computes(op.name)):
+            stack += op.children
+        # (a compute op the mode handled: its work and everything below it are counted there already)
     return found
+
+
+def _unseen(op: _Op) -> bool:
+    """Whether `op` is an aten compute op with no op the mode handled at or below it. Anything else is looked
+    into: a range or a custom op (its body, which the mode does not see), a glue op (the mode neither poisons
+    nor counts it, so what its implementation computed is not counted either: a tensor subclass's
+    `__torch_dispatch__` under `clone`), a composite op (`linear`, whose `addmm` the mode handled)."""
+    return op.name.startswith("aten::") and not op.marked and _computes(op.name)
 
 
 class StoreRecorder:

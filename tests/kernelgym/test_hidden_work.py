@@ -74,6 +74,27 @@ def test_hidden_matmul_counts_flops():
     assert sum(w for _, w in hidden) == 2 * 32 * 64 * 48  # the addmm below linear, as op_work counts it
 
 
+class _Sneaky(torch.Tensor):
+    """A wrapper subclass whose every op computes relu of the wrapped tensor (inside the op the mode handled)."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return torch.relu(args[0].elem)
+
+
+def test_compute_inside_a_glue_op_the_mode_saw_is_hidden_work():
+    """`clone` is glue to the mode (not poisoned, not counted): what its implementation computed is not."""
+    _, hidden = _run(lambda x: _Sneaky(x).clone(), torch.randn(64, 256))
+    assert [n for n, _ in hidden] == ["aten::relu"]
+
+
 def test_honest_glue_and_visible_compute_are_not_hidden():
     def forward(x, w):
         y = x.t().contiguous().view(-1).clone().view(x.shape[1], x.shape[0])
