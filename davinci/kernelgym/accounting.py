@@ -214,7 +214,10 @@ class PoisonMode(TorchDispatchMode):
 # (the mode is popped while it handles the op, and one that launched the candidate's kernels counts as its own
 # work), hide aten ops from it. The CPU profiler records every op at the dispatcher's entry whatever the modes,
 # so `accounted` runs it beside the mode (CPU activity only: no CUPTI, nothing on the device's timeline) and each
-# op the mode handles runs inside a HIDDEN_MARK range: a top-level aten op with no mark below it ran unseen.
+# op the mode handles runs inside a HIDDEN_MARK range: an aten compute op with no mark at or below it, and not
+# inside a compute op the mode handled, ran unseen (`hidden_work`). The body of a custom op the mode handled is
+# always looked into: one that launched no kernel of the candidate's is counted twice then (by the mode too),
+# which only adds to an op the mode poisoned already.
 
 HIDDEN_MARK = "kernelgym::dispatched"
 
