@@ -15,22 +15,33 @@ against the reference forward's work counted the same way (`torch_work`, in the 
 (SHARE_MOST) even where nothing was poisoned, is `torch_compute` (a "fallback" behind a token kernel, a
 kernel launched on the first call only, answers assembled from pieces too small to poison). No name in the
 candidate's source is read.
-In-process, as every check of the candidate's own process is: `torch._C._DisableTorchDispatch` or a thread
-of its own hides PyTorch work from the mode (the red team's rt2_01b/rt2_02); on the CPU the store record
-(`kernel_share`) still sees an output its kernels did not write, unless a copy kernel launders it.
+Work out of the mode's sight: `torch._C._DisableTorchDispatch`, or the body of a custom op (the mode is popped
+while it handles one, and one that launched the candidate's kernels is its own work), hides aten ops from the
+mode. `accounted` runs the CPU profiler beside it (CPU activity only: no CUPTI, nothing on the device), which
+records every op at the dispatcher's entry; `hidden_work` adds each top-level aten compute op the mode did not
+handle to PyTorch's work, named in the verdict (the red team's c2_fb_disable_dispatch_launder and
+c2_fb_custom_op_token_kernel, on a GPU too). In-process, as every check of the candidate's own process is: a
+thread of its own still hides PyTorch work from both (the profiler records the threads it was started on; the
+red team's rt2_02); on the CPU the store record (`kernel_share`) still sees an output its kernels did not
+write, unless a copy kernel launders it.
 
 The forward runs after timing (a later call than any the candidate saw before), on fresh inputs. Honest
 glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouched, and so is small work
 (scalars, per-row statistics of fewer than MIN_POISON_NUMEL elements).
 
-    with PoisonMode() as mode:
+    mode = PoisonMode()
+    with accounted(mode) as hidden:
         out = model(*inputs)
     mode.poisoned   # [(op name, numel), ...] of the results that were overwritten
+    mode.work + hidden.work   # PyTorch's work, seen by the mode or not; hidden.names: the unseen ops
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import Any, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -149,6 +160,7 @@ class PoisonMode(TorchDispatchMode):
         self.wrapped: list[str] = []  # custom ops that ran the candidate's kernels
         self.launches = launches or (lambda: 0)
         self.work = 0  # `op_work` of every compute op PyTorch ran for the candidate, poisoned or not
+        self.mark = False  # under `accounted`: each op runs inside a HIDDEN_MARK range the profiler records
         # (start, bytes, element size) of the inputs' storages and of every copy glue made of them (`derive`)
         self.derived: list[tuple[int, int, int]] = []
 
@@ -169,7 +181,11 @@ class PoisonMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         before = self.launches()
-        out = func(*args, **(kwargs or {}))
+        if self.mark:
+            with torch._C._profiler._RecordFunctionFast(HIDDEN_MARK):
+                out = func(*args, **(kwargs or {}))
+        else:
+            out = func(*args, **(kwargs or {}))
         name = f"{func.namespace}::{_base_name(func)}" if is_custom(func) else _base_name(func)
         self.ops[name] = self.ops.get(name, 0) + 1
         if is_custom(func) and self.launches() > before:
@@ -191,6 +207,204 @@ class PoisonMode(TorchDispatchMode):
             return x
 
         return tree_map(poison, out)
+
+
+# --- PyTorch work out of the dispatch mode's sight ---------------------------------------------------------
+# The mode sees only what reaches its dispatch key: `torch._C._DisableTorchDispatch`, or the body of a custom op
+# (the mode is popped while it handles the op, and one that launched the candidate's kernels counts as its own
+# work), hide aten ops from it. The CPU profiler records every op at the dispatcher's entry whatever the modes,
+# so `accounted` runs it beside the mode (CPU activity only: no CUPTI, nothing on the device's timeline) and each
+# op the mode handles runs inside a HIDDEN_MARK range: an aten compute op with no mark at or below it, and not
+# inside a compute op the mode handled, ran unseen (`hidden_work`). The body of a custom op the mode handled is
+# always looked into: one that launched no kernel of the candidate's is counted twice then (by the mode too),
+# which only adds to an op the mode poisoned already.
+
+HIDDEN_MARK = "kernelgym::dispatched"
+
+
+class HiddenWork:
+    """What `accounted` found: (profiler op name, work) of every aten op that computed out of the mode's sight,
+    read from the profiler's events on first use (after the forward, so its time is not the forward's)."""
+
+    def __init__(self) -> None:
+        self.profile: Any = None  # the finished torch.profiler.profile, once the block exited normally
+        self._ops: list[tuple[str, int]] | None = None
+
+    @property
+    def ops(self) -> list[tuple[str, int]]:
+        if self._ops is None:
+            self._ops = hidden_work(self.profile.profiler.kineto_results.events()) if self.profile is not None else []
+        return self._ops
+
+    @property
+    def work(self) -> int:
+        return sum(w for _, w in self.ops)
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.ops]
+
+
+@contextmanager
+def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
+    """Run the block under `mode` and the CPU profiler; on a normal exit the HiddenWork reads `hidden_work`."""
+    from torch.profiler import ProfilerActivity, profile
+
+    hidden = HiddenWork()
+    mode.mark = True
+    try:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            with mode:
+                yield hidden
+    finally:
+        mode.mark = False
+    hidden.profile = prof
+
+
+@lru_cache(maxsize=None)
+def _packet(name: str) -> Any:
+    """"aten::relu" -> torch.ops.aten.relu (None for a name that is not an aten op)."""
+    namespace, _, base = name.partition("::")
+    if namespace != "aten" or not base:
+        return None
+    try:
+        return getattr(torch.ops.aten, base)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+@lru_cache(maxsize=None)
+def _computes(name: str) -> bool:
+    """Whether a profiler aten op name is compute, judged as `is_compute` judges the mode's ops."""
+    packet = _packet(name)
+    if packet is None:
+        return False  # not an aten op (a range, a custom op): its aten ops below it are judged themselves
+    base = name.split("::")[-1]
+    # glue (allocation, copy, view by name): no new values, as for the mode (GLUE)
+    if base in GLUE or base.rstrip("_") in GLUE:
+        return False
+    overloads = [getattr(packet, o) for o in packet.overloads()]
+    # a view op shares its input's values (every overload a view)
+    if overloads and all(getattr(o, "is_view", False) for o in overloads):
+        return False
+    # metadata queries (size, result_type, is_nonzero, ...): no overload returns a tensor, so no tensor values
+    return any("Tensor" in str(r.type) for o in overloads for r in o._schema.returns)
+
+
+class _Op:
+    """One profiler event as a node of its thread's call tree (built by `_tree`; kineto's raw events carry
+    no parent links, and FunctionEvent trees cost ten times more to build)."""
+
+    __slots__ = ("name", "start", "end", "event", "parent", "children", "marked", "handled")
+
+    def __init__(self, event: Any) -> None:
+        self.name: str = event.name()
+        self.start, self.end = event.start_ns(), event.start_ns() + max(0, event.duration_ns())
+        self.event = event
+        self.parent: _Op | None = None
+        self.children: list[_Op] = []
+        self.marked = False  # a HIDDEN_MARK range in its subtree: the mode handled it or an op below it
+        self.handled = False  # the mode handled this very call (`_mark`)
+
+
+def _tree(events: Any) -> list[_Op]:
+    """The roots of every thread's call tree of `_Op`s, nested by time (an event inside another's span is its
+    child), with `marked` and `handled` set."""
+    by_thread: dict[int, list[_Op]] = {}
+    for e in events:
+        by_thread.setdefault(e.start_thread_id(), []).append(_Op(e))
+    roots: list[_Op] = []
+    for nodes in by_thread.values():
+        nodes.sort(key=lambda n: (n.start, -n.end))
+        stack: list[_Op] = []
+        for n in nodes:
+            while stack and not (stack[-1].start <= n.start and n.end <= stack[-1].end):
+                stack.pop()
+            if stack:
+                n.parent = stack[-1]
+                n.parent.children.append(n)
+            else:
+                roots.append(n)
+            stack.append(n)
+            if n.name == HIDDEN_MARK:
+                _mark(n)
+    return roots
+
+
+def _mark(mark: _Op) -> None:
+    """A HIDDEN_MARK range: its nearest enclosing op (past PyTorch's own "PythonDispatchMode" range, whose name
+    has no namespace) is the call the mode handled, and every enclosing op saw the mode inside it."""
+    up = mark.parent
+    while up is not None and "::" not in up.name:
+        up = up.parent
+    if up is not None:
+        up.handled = True
+    up = mark.parent
+    while up is not None and not up.marked:
+        up.marked, up = True, up.parent
+
+
+def _aten_children(op: _Op) -> list[_Op]:
+    """The nearest aten ops below `op` (through ranges and custom ops)."""
+    found, stack = [], list(op.children)
+    while stack:
+        c = stack.pop()
+        if c.name.startswith("aten::"):
+            found.append(c)
+        else:
+            stack += c.children
+    return found
+
+
+def _shape_work(op: _Op) -> int:
+    """`op_work` from the recorded input shapes: FLOPs where PyTorch has a formula, else the largest input's
+    element count (the output is not recorded; an elementwise op or a reduction reads that many)."""
+    from torch.utils.flop_counter import flop_registry
+
+    shapes = [tuple(s) if isinstance(s, list) and all(isinstance(d, int) for d in s) else s
+              for s in (op.event.shapes() or [])]
+    formula = flop_registry.get(_packet(op.name))
+    if formula is not None:
+        try:
+            flops = int(formula(*shapes, out_val=None))
+            if flops > 0:
+                return flops
+        except Exception:
+            pass  # a formula that needs non-tensor arguments the profiler did not keep (convolution's flags)
+    return max((math.prod(s) for s in shapes if isinstance(s, tuple)), default=0)
+
+
+def _op_work(op: _Op) -> int:
+    """Work of a hidden op: the sum of its compute sub-ops' (`linear` is its `addmm`), else its own."""
+    inner = [c for c in _aten_children(op) if _computes(c.name)]
+    if inner:
+        return sum(_op_work(c) for c in inner)
+    return _shape_work(op)
+
+
+def hidden_work(events: Any) -> list[tuple[str, int]]:
+    """(name, work) of each aten compute op among the profiler's raw `events` (kineto's) that the mode neither
+    handled nor saw inside (see `_unseen`)."""
+    found: list[tuple[str, int]] = []
+    stack = _tree(events)
+    while stack:
+        op = stack.pop()
+        if _unseen(op):
+            work = _op_work(op)
+            if work > 0:
+                found.append((op.name, work))
+        elif not (op.handled and _computes(op.name)):
+            stack += op.children
+        # (a compute op the mode handled: its work and everything below it are counted there already)
+    return found
+
+
+def _unseen(op: _Op) -> bool:
+    """Whether `op` is an aten compute op with no op the mode handled at or below it. Anything else is looked
+    into: a range or a custom op (its body, which the mode does not see), a glue op (the mode neither poisons
+    nor counts it, so what its implementation computed is not counted either: a tensor subclass's
+    `__torch_dispatch__` under `clone`), a composite op (`linear`, whose `addmm` the mode handled)."""
+    return op.name.startswith("aten::") and not op.marked and _computes(op.name)
 
 
 class StoreRecorder:
@@ -304,9 +518,11 @@ class StoreRecorder:
 SHARE_MOST = 0.5
 
 
-def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None) -> str | None:
+def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None,
+                  hidden: list[str] | None = None) -> str | None:
     """`torch_compute` evidence or None, from the poisoned forward's outcome (`changed`: why the answer changed or
-    the forward failed; None = it still matched) and the two works.
+    the forward failed; None = it still matched) and the two works. `hidden`: names of the ops PyTorch ran out of
+    the dispatch mode's sight (`hidden_work`; their work is inside `torch_work`), named in the message.
 
     >>> torch_verdict("16384 of 16384 elements out of tolerance", 16384, 16384) is not None
     True
@@ -318,5 +534,8 @@ def torch_verdict(changed: str | None, torch_work: float | None, reference_work:
     if changed:
         return changed
     if reference_work and torch_work is not None and float(torch_work) / float(reference_work) >= SHARE_MOST:
-        return f"PyTorch's own ops did {100 * float(torch_work) / float(reference_work):.0f}% of the reference's work"
+        share = f"PyTorch's own ops did {100 * float(torch_work) / float(reference_work):.0f}% of the reference's work"
+        if hidden:
+            share += f" (ops run out of the accounting's sight: {', '.join(sorted(set(hidden))[:8])})"
+        return share
     return None

@@ -65,7 +65,8 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
         changed = None if comparison["ok"] else \
             f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})"
         ev.torch_compute = ev.torch_compute or torch_verdict(changed, reply.get("torch_work"),
-                                                             (job.info.get("work") or {}).get("torch_work"))
+                                                             (job.info.get("work") or {}).get("torch_work"),
+                                                             reply.get("torch_hidden"))
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (

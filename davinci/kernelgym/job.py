@@ -92,6 +92,7 @@ class Job:
     timing_incomplete: str = ""                            # timing ran out after correctness held
     last_kernel_share: float | None = None                 # CPU accounting forward: output elements kernels stored
     last_torch_work: float | None = None                   # accounting forward: work of PyTorch's compute ops
+    last_torch_hidden: list[str] | None = None             # accounting forward: ops out of the mode's sight
     last_input_share: float | None = None                  # CPU accounting forward: input elements kernels loaded
     compiled: bool = False
     numerics_ok: bool = False
@@ -382,6 +383,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     ev = reply.get("evidence") or {}
     job.last_kernel_share = ev.get("kernel_share")
     job.last_torch_work = ev.get("torch_work")
+    job.last_torch_hidden = ev.get("torch_hidden")
     job.last_input_share = ev.get("input_share")
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
@@ -462,7 +464,7 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
         changed = None if check["comparison"]["ok"] else \
             f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
         job.evidence.torch_compute = torch_verdict(changed, job.last_torch_work,
-                                                   (job.info.get("work") or {}).get("torch_work"))
+                                                   (job.info.get("work") or {}).get("torch_work"), job.last_torch_hidden)
     share, read = job.last_kernel_share, job.last_input_share
     if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
         job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "

@@ -10,7 +10,7 @@ installs the Triton launch recorder; the key stays inside an `hmac` object. Then
     run     poison free device memory, forward once, device sync, check output types, export outputs
             (host transport: with the inputs as they are after the call, for the mutation check)
     time    fill input sets (host), time the calls, return every call's output (the audit flags: the same
-            request with PyTorch's results poisoned, or under the profiler; audit.py)
+            request with PyTorch's results poisoned and the CPU profiler on, or under the GPU profiler; audit.py)
     warm    warm-up calls on inputs of their own (outside every timed request)
     release poison and drop kept outputs and slots
     profile one forward under torch.profiler (GPU): device time per kernel name
@@ -53,7 +53,7 @@ import torch
 from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
-from davinci.kernelgym.accounting import PoisonMode, StoreRecorder
+from davinci.kernelgym.accounting import HiddenWork, PoisonMode, StoreRecorder, accounted
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
 from davinci.kernelgym.timing import DeviceTimer
@@ -201,13 +201,14 @@ class Harness:
                 self._fill(slot, h["fill"], blobs)
         poisoned = guards.poison_cached_blocks(self.device, int(h["poison"])) if h.get("poison") is not None else 0
         before = guards.thread_counts()
+        hidden = HiddenWork()  # PyTorch work out of the mode's sight (the CPU profiler beside it, accounting.py)
         self.rec.start()
         t0 = self._perf()
         try:
             if mode is not None:
                 elements = mode.track_inputs(slot)
                 self.stores.start()
-                with mode:
+                with accounted(mode) as hidden:
                     out = self.model(*slot)
                 self.stores.stop()
             else:
@@ -227,12 +228,7 @@ class Harness:
         evidence = {"launched": launched, "kernel_ms": kernel_ms, "forward_ms": fwd_ms, "poisoned": poisoned,
                     "threads": [*before, *guards.thread_counts()], "launched_after": after}
         if mode is not None:
-            evidence["torch_ops"] = mode.poisoned[:32]
-            evidence["torch_work"] = mode.work
-            if self.stores.installed:
-                evidence["kernel_share"] = self.stores.kernel_share(leaves)
-                evidence["input_share"] = self.stores.input_share(mode.derived, elements)
-                self.stores.stores, self.stores.loads = [], []
+            evidence.update(self._accounting(mode, hidden, leaves, elements))
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
@@ -249,6 +245,17 @@ class Harness:
         if self.mode == "host":
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
         return reply, out_blobs
+
+    def _accounting(self, mode: PoisonMode, hidden: HiddenWork, leaves: list[Any], elements: int) -> dict[str, Any]:
+        """The accounting forward's evidence (accounting.py): PyTorch's work, seen by the mode or out of its
+        sight, and on the CPU the kernels' share of the output's stores and of the input's loads."""
+        evidence = {"torch_ops": mode.poisoned[:32], "torch_work": mode.work + hidden.work,
+                    "torch_hidden": hidden.names[:16]}
+        if self.stores.installed:
+            evidence["kernel_share"] = self.stores.kernel_share(leaves)
+            evidence["input_share"] = self.stores.input_share(mode.derived, elements)
+            self.stores.stores, self.stores.loads = [], []
+        return evidence
 
     def op_time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         # No cyclic garbage collection inside the clocked request (a pause there lands on whichever side it
@@ -324,12 +331,13 @@ class Harness:
         mode = PoisonMode(launches=self.rec.count)
         self.stores.start()
         try:
-            with mode:
+            with accounted(mode) as hidden:  # and the CPU profiler: PyTorch work out of the mode's sight
                 reply, out_blobs = self._time({**h, "audit": False}, blobs)
         finally:
             self.stores.stop()
         reply["torch_ops"] = mode.poisoned[:32]
-        reply["torch_work"] = mode.work / max(1, len(h.get("order") or ()))  # per timed call
+        reply["torch_work"] = (mode.work + hidden.work) / max(1, len(h.get("order") or ()))  # per timed call
+        reply["torch_hidden"] = hidden.names[:16]
         if self.stores.installed and reply.get("ok"):
             reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
         self.stores.stores = []

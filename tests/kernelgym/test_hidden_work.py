@@ -1,0 +1,134 @@
+"""PyTorch work hidden from the dispatch-mode accounting (accounting.PoisonMode) is still `torch_compute`.
+
+A candidate can compute with PyTorch out of the mode's sight: inside a custom op whose body also launches a
+token kernel (the op counts as the candidate's own work, and the mode is popped in its body), or under
+`torch._C._DisableTorchDispatch`. On the CPU the Triton interpreter's store/load record (`host_compute`) catches
+both, but that record does not exist on a GPU; the CPU profiler that runs beside the mode does
+(`accounting.hidden_work`). These tests ask for `torch_compute` itself, which only that path can give here
+(host_compute is reported only when torch_compute is not).
+
+Unit tests run the mode and the profiler in-process on small forwards (cheats, honest glue); the evaluator
+tests run the red team's fixtures end to end under `strict`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from davinci.kernelgym import Evaluator, load_problem_file
+from davinci.kernelgym.accounting import PoisonMode, accounted, torch_verdict
+from davinci.types import Candidate
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CHEATS_DIR = FIXTURES / "cheats_v2"
+HIDDEN_CHEATS = ["c2_fb_custom_op_token_kernel", "c2_fb_disable_dispatch_launder"]
+
+
+@torch.library.custom_op("kg_hidden_test::relu", mutates_args=())
+def _custom_relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x)
+
+
+@_custom_relu.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def _run(fn, *args) -> tuple[PoisonMode, list[tuple[str, int]]]:
+    """`fn(*args)` under the accounting (mode + profiler); (mode, hidden ops)."""
+    mode = PoisonMode()
+    with accounted(mode) as hidden:
+        fn(*args)
+    return mode, hidden.ops
+
+
+# --- unit: what counts as hidden ----------------------------------------------------------------------------
+
+def test_disabled_dispatch_compute_is_hidden_work():
+    def forward(x):
+        with torch._C._DisableTorchDispatch():
+            y = x.clamp(min=0)
+        return y.clone()
+
+    mode, hidden = _run(forward, torch.randn(64, 256))
+    assert [n for n, _ in hidden] == ["aten::clamp"]
+    assert sum(w for _, w in hidden) == 64 * 256
+    assert mode.work == 0  # the mode saw only the clone
+
+
+def test_compute_inside_a_custom_op_body_is_hidden_work():
+    _, hidden = _run(lambda x: _custom_relu(x.contiguous()), torch.randn(64, 256))
+    assert [n for n, _ in hidden] == ["aten::relu"]
+    assert sum(w for _, w in hidden) == 64 * 256
+
+
+def test_hidden_matmul_counts_flops():
+    def forward(a, b):
+        with torch._C._DisableTorchDispatch():
+            return torch.nn.functional.linear(a, b)
+
+    _, hidden = _run(forward, torch.randn(32, 64), torch.randn(48, 64))
+    assert sum(w for _, w in hidden) == 2 * 32 * 64 * 48  # the addmm below linear, as op_work counts it
+
+
+class _Sneaky(torch.Tensor):
+    """A wrapper subclass whose every op computes relu of the wrapped tensor (inside the op the mode handled)."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return torch.relu(args[0].elem)
+
+
+def test_compute_inside_a_glue_op_the_mode_saw_is_hidden_work():
+    """`clone` is glue to the mode (not poisoned, not counted): what its implementation computed is not."""
+    _, hidden = _run(lambda x: _Sneaky(x).clone(), torch.randn(64, 256))
+    assert [n for n, _ in hidden] == ["aten::relu"]
+
+
+def test_honest_glue_and_visible_compute_are_not_hidden():
+    def forward(x, w):
+        y = x.t().contiguous().view(-1).clone().view(x.shape[1], x.shape[0])
+        buf = torch.empty(4, *y.shape)
+        buf.copy_(y.expand(4, *y.shape))
+        out = buf.sum(0)  # a split-K epilogue: seen by the mode (its own work), not hidden
+        z = torch.nn.functional.linear(x, w)
+        return out, z, x.size(0), torch.result_type(x, w), x.is_contiguous()
+
+    mode, hidden = _run(forward, torch.randn(32, 64), torch.randn(16, 64))
+    assert hidden == []
+    assert mode.work > 0
+
+
+def test_verdict_names_the_hidden_ops():
+    msg = torch_verdict(None, 100, 100, hidden=["aten::clamp"])
+    assert msg is not None and "aten::clamp" in msg
+    assert torch_verdict(None, 10, 100, hidden=["aten::clamp"]) is None
+
+
+# --- end to end: the red team's fixtures -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def strict_gym(tmp_path_factory, make_config):
+    ev = Evaluator(make_config(tmp_path_factory.mktemp("kg-hidden"), checks="strict"))
+    yield ev
+    ev.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("name", HIDDEN_CHEATS)
+def test_hidden_torch_work_is_torch_compute(strict_gym, name):
+    p = load_problem_file(FIXTURES / "problems" / "relu.py")
+    cand = Candidate(problem_id=p.id, code=(CHEATS_DIR / f"{name}.py").read_text(), backend="triton")
+    r = strict_gym.evaluate(p, cand, seed=2)
+    assert "torch_compute" in r.flags, (r.flags, r.feedback)
