@@ -253,12 +253,24 @@ def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
     hidden = HiddenWork()
     mode.mark = True
     try:
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=_all_threads()) as prof:
             with mode:
                 yield hidden
     finally:
         mode.mark = False
     hidden.profile = prof
+
+
+def _all_threads() -> Any:
+    """The profiler's config to record every thread's ops, not only the calling thread's: the dispatch mode is
+    thread-local, so work handed to a thread the candidate started (at import, before any of this) would
+    otherwise be seen by neither. None where this torch lacks the option (then those ops stay unseen)."""
+    from torch._C._profiler import _ExperimentalConfig
+
+    try:
+        return _ExperimentalConfig(profile_all_threads=True)
+    except TypeError:
+        return None
 
 
 @lru_cache(maxsize=None)

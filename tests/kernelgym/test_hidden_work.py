@@ -24,7 +24,8 @@ from davinci.types import Candidate
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CHEATS_DIR = FIXTURES / "cheats_v2"
-HIDDEN_CHEATS = ["c2_fb_custom_op_token_kernel", "c2_fb_disable_dispatch_launder"]
+HIDDEN_CHEATS = [("c2_fb_custom_op_token_kernel", "relu"), ("c2_fb_disable_dispatch_launder", "relu"),
+                 ("c2_fb_thread_matmul_launder", "matmul_cpu")]
 
 
 @torch.library.custom_op("kg_hidden_test::relu", mutates_args=())
@@ -63,6 +64,31 @@ def test_compute_inside_a_custom_op_body_is_hidden_work():
     _, hidden = _run(lambda x: _custom_relu(x.contiguous()), torch.randn(64, 256))
     assert [n for n, _ in hidden] == ["aten::relu"]
     assert sum(w for _, w in hidden) == 64 * 256
+
+
+def test_compute_in_a_thread_started_before_the_accounting_is_hidden_work():
+    """The mode is thread-local: a matmul handed to a thread the candidate started at import is seen only by
+    a profiler that records every thread."""
+    import queue
+    import threading
+
+    jobs: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+
+    def worker():
+        a, b = jobs.get()
+        done.put(torch.mm(a, b))
+
+    threading.Thread(target=worker, daemon=True).start()
+
+    def forward(a, b):
+        jobs.put((a, b))
+        return done.get().clone()
+
+    mode, hidden = _run(forward, torch.randn(32, 64), torch.randn(64, 48))
+    assert [n for n, _ in hidden] == ["aten::mm"]
+    assert sum(w for _, w in hidden) == 2 * 32 * 64 * 48
+    assert mode.work == 0
 
 
 def test_hidden_matmul_counts_flops():
@@ -126,9 +152,9 @@ def strict_gym(tmp_path_factory, make_config):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("name", HIDDEN_CHEATS)
-def test_hidden_torch_work_is_torch_compute(strict_gym, name):
-    p = load_problem_file(FIXTURES / "problems" / "relu.py")
+@pytest.mark.parametrize("name,problem", HIDDEN_CHEATS)
+def test_hidden_torch_work_is_torch_compute(strict_gym, name, problem):
+    p = load_problem_file(FIXTURES / "problems" / f"{problem}.py")
     cand = Candidate(problem_id=p.id, code=(CHEATS_DIR / f"{name}.py").read_text(), backend="triton")
     r = strict_gym.evaluate(p, cand, seed=2)
     assert "torch_compute" in r.flags, (r.flags, r.feedback)
