@@ -39,6 +39,7 @@ glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouche
 from __future__ import annotations
 
 import math
+import time
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Iterator
@@ -222,19 +223,44 @@ class PoisonMode(TorchDispatchMode):
 HIDDEN_MARK = "kernelgym::dispatched"
 
 
+PROFILED_OP_MS = 0.05  # the CPU profiler's callbacks per recorded event (ms), an upper figure (HiddenWork.overhead_ms)
+
+
 class HiddenWork:
     """What `accounted` found: (profiler op name, work) of every aten op that computed out of the mode's sight,
-    read from the profiler's events on first use (after the forward, so its time is not the forward's)."""
+    read from the profiler's events on first use (after the forward, so its time is not the forward's).
+    `error` says why nothing could be looked at (the profiler did not start, stop, or parse): the hidden work
+    is then unknown and counts as none, never as a failed forward (that would be a verdict on the candidate)."""
 
     def __init__(self) -> None:
         self.profile: Any = None  # the finished torch.profiler.profile, once the block exited normally
+        self.error = ""
+        self.overhead_s = 0.0     # the profiler's own start, stop and reading (see `overhead_ms`)
+        self.events = 0
         self._ops: list[tuple[str, int]] | None = None
 
     @property
     def ops(self) -> list[tuple[str, int]]:
         if self._ops is None:
-            self._ops = hidden_work(self.profile.profiler.kineto_results.events()) if self.profile is not None else []
+            self._ops = []
+            if self.profile is not None:
+                t0 = time.perf_counter()
+                try:
+                    events = self.profile.profiler.kineto_results.events()
+                    self.events = len(events)
+                    self._ops = hidden_work(events)
+                except Exception as exc:  # an event layout this torch does not have: unknown, not a verdict
+                    self.error = f"the profiler's events could not be read: {exc!r}"[:300]
+                self.overhead_s += time.perf_counter() - t0
         return self._ops
+
+    @property
+    def overhead_ms(self) -> float:
+        """What the profiler added to the block's wall time: its start, stop and reading, measured, plus
+        PROFILED_OP_MS for each event it recorded (its callbacks around every op; about 40 us an op on a
+        loaded 2-core box). The audit round subtracts it from the wall it compares (audit.py)."""
+        _ = self.ops
+        return 1e3 * self.overhead_s + PROFILED_OP_MS * self.events
 
     @property
     def work(self) -> int:
@@ -247,18 +273,45 @@ class HiddenWork:
 
 @contextmanager
 def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
-    """Run the block under `mode` and the CPU profiler; on a normal exit the HiddenWork reads `hidden_work`."""
-    from torch.profiler import ProfilerActivity, profile
-
+    """Run the block under `mode` and the CPU profiler; on a normal exit the HiddenWork reads `hidden_work`.
+    The block's own exceptions pass through; the profiler's set `HiddenWork.error` and nothing else."""
     hidden = HiddenWork()
-    mode.mark = True
+    t0 = time.perf_counter()
+    prof = _start_profiler(hidden)
+    hidden.overhead_s += time.perf_counter() - t0
+    mode.mark = prof is not None
     try:
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=_all_threads()) as prof:
-            with mode:
-                yield hidden
+        with mode:
+            yield hidden
     finally:
         mode.mark = False
-    hidden.profile = prof
+        if prof is not None:
+            t0 = time.perf_counter()
+            try:
+                prof.__exit__(None, None, None)
+                hidden.profile = prof
+            except Exception as exc:
+                hidden.error = f"the CPU profiler did not stop: {exc!r}"[:300]
+            hidden.overhead_s += time.perf_counter() - t0
+
+
+def _start_profiler(hidden: HiddenWork) -> Any:
+    """A started CPU profiler (every thread where it can, input shapes), or None with `hidden.error` saying
+    why not. Without privileges the all-threads option failed to start ("Invalid argument", the CPU
+    evaluator of tests/kernelgym/test_isolation.py): the calling thread's ops are still worth recording."""
+    from torch.profiler import ProfilerActivity, profile
+
+    errors = []
+    for config in dict.fromkeys((_all_threads(), None)):
+        try:
+            prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=config)
+            prof.__enter__()
+            hidden.error = "; ".join(errors)  # a fallback that started still says what it lacks
+            return prof
+        except Exception as exc:
+            errors.append(f"the CPU profiler did not start{' on every thread' if config else ''}: {exc!r}"[:200])
+    hidden.error = "; ".join(errors)
+    return None
 
 
 def _all_threads() -> Any:
@@ -370,19 +423,34 @@ def _aten_children(op: _Op) -> list[_Op]:
 
 def _shape_work(op: _Op) -> int:
     """`op_work` from the recorded input shapes: FLOPs where PyTorch has a formula, else the largest input's
-    element count (the output is not recorded; an elementwise op or a reduction reads that many)."""
+    element count (the output is not recorded; an elementwise op or a reduction reads that many).
+
+    Only the leading tensor arguments go to the formula: the profiler records a scalar (addmm's beta and
+    alpha) as an empty shape, which the formulas would take for a tensor and fail on. Convolution's formula
+    needs the output shape, which is not recorded: its FLOPs are taken as if the output kept the input's
+    spatial size (stride 1, same padding; an upper estimate for a strided one)."""
     from torch.utils.flop_counter import flop_registry
 
     shapes = [tuple(s) if isinstance(s, list) and all(isinstance(d, int) for d in s) else s
               for s in (op.event.shapes() or [])]
+    dtypes = list(op.event.dtypes() or []) + [""] * len(shapes)
+    tensors = []
+    for shape, dtype in zip(shapes, dtypes):
+        if not isinstance(shape, tuple) or dtype in ("Scalar", ""):
+            break  # the first non-tensor argument ends the positional tensors
+        tensors.append(shape)
+    base = op.name.split("::")[-1]
+    if "conv" in base and len(tensors) >= 2 and len(tensors[0]) >= 3 and len(tensors[1]) >= 3:
+        x, w = tensors[0], tensors[1]
+        return 2 * math.prod(x) // max(1, x[1]) * math.prod(w)  # out elements ~ N*Cout*spatial, each Cin/g*k MACs
     formula = flop_registry.get(_packet(op.name))
-    if formula is not None:
+    if formula is not None and tensors:
         try:
-            flops = int(formula(*shapes, out_val=None))
+            flops = int(formula(*tensors, out_val=None))
             if flops > 0:
                 return flops
         except Exception:
-            pass  # a formula that needs non-tensor arguments the profiler did not keep (convolution's flags)
+            pass  # a formula that needs arguments the profiler did not keep
     return max((math.prod(s) for s in shapes if isinstance(s, tuple)), default=0)
 
 

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from davinci.kernelgym.accounting import torch_verdict
-from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, ref
+from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, op_names, ask, fresh_inputs, ref
 
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
@@ -66,13 +66,17 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
             f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})"
         ev.torch_compute = ev.torch_compute or torch_verdict(changed, reply.get("torch_work"),
                                                              (job.info.get("work") or {}).get("torch_work"),
-                                                             reply.get("torch_hidden"))
+                                                             op_names(reply.get("torch_hidden")))
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (
             f"in a timed call only {100 * share:.0f}% of the output's elements hold values the candidate's kernels "
             "stored there; the rest was computed elsewhere (NumPy, Python)")
     walls = acc["walls"].get("cand") or []
+    # the profiler beside the mode costs its own time inside this request (accounting.HiddenWork.overhead_ms),
+    # which no scored round pays: taken off the wall compared, never more than most of it
+    own = reply.get("accounting_ms")
+    wall -= min(float(own), 0.9 * wall) if isinstance(own, (int, float)) and own > 0 else 0.0
     if walls and wall > WATCHED_RATIO * statistics.median(walls) + WATCHED_SLACK_MS:
         ev.watched = (f"a timed request with the evaluator's accounting on took {wall:.1f} ms against a median of "
                       f"{statistics.median(walls):.1f} ms for the scored ones: the candidate behaves differently "

@@ -93,6 +93,7 @@ class Job:
     last_kernel_share: float | None = None                 # CPU accounting forward: output elements kernels stored
     last_torch_work: float | None = None                   # accounting forward: work of PyTorch's compute ops
     last_torch_hidden: list[str] | None = None             # accounting forward: ops out of the mode's sight
+    hidden_work_error: str = ""                            # why the profiler beside the mode saw nothing
     last_input_share: float | None = None                  # CPU accounting forward: input elements kernels loaded
     compiled: bool = False
     numerics_ok: bool = False
@@ -138,6 +139,11 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
 
 
 REPLY_SLACK = 16 << 20  # bytes: non-tensor outputs, a reply's own small blobs
+
+
+def op_names(value: Any) -> list[str] | None:
+    """A list of op names from the candidate's process, as strings, at most 16 (anything else: None)."""
+    return [str(v)[:80] for v in value[:16]] if isinstance(value, list) else None
 
 
 def reply_limit(job: Job, header: dict[str, Any]) -> int:
@@ -383,7 +389,9 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     ev = reply.get("evidence") or {}
     job.last_kernel_share = ev.get("kernel_share")
     job.last_torch_work = ev.get("torch_work")
-    job.last_torch_hidden = ev.get("torch_hidden")
+    job.last_torch_hidden = op_names(ev.get("torch_hidden"))
+    if ev.get("torch_hidden_error"):  # the profiler beside the mode could not look: hidden work unknown
+        job.hidden_work_error = str(ev["torch_hidden_error"])[:300]
     job.last_input_share = ev.get("input_share")
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)

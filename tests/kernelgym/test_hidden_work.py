@@ -100,6 +100,42 @@ def test_hidden_matmul_counts_flops():
     assert sum(w for _, w in hidden) == 2 * 32 * 64 * 48  # the addmm below linear, as op_work counts it
 
 
+@pytest.mark.parametrize("name,forward,args,flops", [
+    ("linear with a bias", lambda x, w, b: torch.nn.functional.linear(x, w, b),
+     (torch.randn(32, 64), torch.randn(48, 64), torch.randn(48)), 2 * 32 * 64 * 48),
+    ("baddbmm", torch.baddbmm, (torch.randn(4, 8, 16), torch.randn(4, 8, 32), torch.randn(4, 32, 16)), 2 * 4 * 8 * 32 * 16),
+    ("conv2d, same padding", lambda x, w: torch.nn.functional.conv2d(x, w, padding=1),
+     (torch.randn(2, 8, 16, 16), torch.randn(4, 8, 3, 3)), 2 * 2 * 4 * 16 * 16 * 8 * 9),
+])
+def test_hidden_ops_with_scalar_arguments_count_their_flops(name, forward, args, flops):
+    """The profiler records a scalar argument (addmm's beta, alpha) as an empty shape: read as a tensor it
+    broke the FLOP formula, and the fallback (largest input) counted a biased layer 100-1000x too low."""
+    def hidden_forward(*a):
+        with torch._C._DisableTorchDispatch():
+            return forward(*a)
+
+    _, hidden = _run(hidden_forward, *args)
+    assert sum(w for _, w in hidden) == flops, (name, hidden)
+
+
+def test_a_profiler_that_cannot_start_leaves_the_forward_alone(monkeypatch):
+    """Without privileges the profiler failed to start; that must cost the hidden-work evidence only, never
+    the forward (a failed accounting forward is a `torch_compute` verdict on the candidate)."""
+    import torch.profiler
+
+    def broken(*a, **k):
+        raise RuntimeError("Invalid argument")
+
+    monkeypatch.setattr(torch.profiler, "profile", broken)
+    mode = PoisonMode()
+    with accounted(mode) as hidden:
+        out = torch.randn(8, 8).clone()
+    assert out.shape == (8, 8) and hidden.ops == [] and "did not start" in hidden.error
+    with pytest.raises(ZeroDivisionError):  # the block's own failure still passes through
+        with accounted(PoisonMode()):
+            1 / 0
+
+
 class _Sneaky(torch.Tensor):
     """A wrapper subclass whose every op computes relu of the wrapped tensor (inside the op the mode handled)."""
 
@@ -158,3 +194,18 @@ def test_hidden_torch_work_is_torch_compute(strict_gym, name, problem):
     cand = Candidate(problem_id=p.id, code=(CHEATS_DIR / f"{name}.py").read_text(), backend="triton")
     r = strict_gym.evaluate(p, cand, seed=2)
     assert "torch_compute" in r.flags, (r.flags, r.feedback)
+
+
+def test_the_profilers_own_cost_is_reported_for_the_audit_wall():
+    """The audit round compares its wall with the scored rounds' (audit.WATCHED_RATIO); the profiler's start,
+    stop, reading and per-event callbacks are the evaluator's cost, reported so the audit can take them off."""
+    from davinci.kernelgym.accounting import PROFILED_OP_MS
+
+    mode = PoisonMode()
+    with accounted(mode) as hidden:
+        x = torch.randn(16, 16)
+        for _ in range(50):
+            x = x.t().contiguous()
+    overhead = hidden.overhead_ms  # reads the events on first use
+    assert hidden.events >= 50
+    assert overhead >= PROFILED_OP_MS * hidden.events > 0
