@@ -17,20 +17,19 @@ kernel launched on the first call only, answers assembled from pieces too small 
 candidate's source is read.
 Work out of the mode's sight: `torch._C._DisableTorchDispatch`, or the body of a custom op (the mode is popped
 while it handles one, and one that launched the candidate's kernels is its own work), hides aten ops from the
-mode. `accounted` runs the CPU profiler beside it (CPU activity only: no CUPTI, nothing on the device), which
-records every op at the dispatcher's entry; `hidden_work` adds each top-level aten compute op the mode did not
-handle to PyTorch's work, named in the verdict (the red team's c2_fb_disable_dispatch_launder and
-c2_fb_custom_op_token_kernel, on a GPU too). In-process, as every check of the candidate's own process is: a
-thread of its own still hides PyTorch work from both (the profiler records the threads it was started on; the
-red team's rt2_02); on the CPU the store record (`kernel_share`) still sees an output its kernels did not
-write, unless a copy kernel launders it.
+mode, and so does a thread the candidate started (the mode is thread-local). `hidden.accounted` runs the CPU
+profiler beside the mode, on every thread, and counts the aten compute ops the mode did not handle as
+PyTorch's work, named in the verdict (the red team's c2_fb_disable_dispatch_launder,
+c2_fb_custom_op_token_kernel and c2_fb_thread_matmul_launder, on a GPU too). In-process, as every check of
+the candidate's own process is; on the CPU the store record (`kernel_share`) also sees an output its kernels
+did not write, unless a copy kernel launders it.
 
 The forward runs after timing (a later call than any the candidate saw before), on fresh inputs. Honest
 glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouched, and so is small work
 (scalars, per-row statistics of fewer than MIN_POISON_NUMEL elements).
 
     mode = PoisonMode()
-    with accounted(mode) as hidden:
+    with hidden.accounted(mode) as hidden:
         out = model(*inputs)
     mode.poisoned   # [(op name, numel), ...] of the results that were overwritten
     mode.work + hidden.work   # PyTorch's work, seen by the mode or not; hidden.names: the unseen ops
@@ -38,11 +37,7 @@ glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouche
 
 from __future__ import annotations
 
-import math
-import time
-from contextlib import contextmanager
-from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -221,270 +216,6 @@ class PoisonMode(TorchDispatchMode):
 # which only adds to an op the mode poisoned already.
 
 HIDDEN_MARK = "kernelgym::dispatched"
-
-
-PROFILED_OP_MS = 0.05  # the CPU profiler's callbacks per recorded event (ms), an upper figure (HiddenWork.overhead_ms)
-
-
-class HiddenWork:
-    """What `accounted` found: (profiler op name, work) of every aten op that computed out of the mode's sight,
-    read from the profiler's events on first use (after the forward, so its time is not the forward's).
-    `error` says why nothing could be looked at (the profiler did not start, stop, or parse): the hidden work
-    is then unknown and counts as none, never as a failed forward (that would be a verdict on the candidate)."""
-
-    def __init__(self) -> None:
-        self.profile: Any = None  # the finished torch.profiler.profile, once the block exited normally
-        self.error = ""
-        self.overhead_s = 0.0     # the profiler's own start, stop and reading (see `overhead_ms`)
-        self.events = 0
-        self._ops: list[tuple[str, int]] | None = None
-
-    @property
-    def ops(self) -> list[tuple[str, int]]:
-        if self._ops is None:
-            self._ops = []
-            if self.profile is not None:
-                t0 = time.perf_counter()
-                try:
-                    events = self.profile.profiler.kineto_results.events()
-                    self.events = len(events)
-                    self._ops = hidden_work(events)
-                except Exception as exc:  # an event layout this torch does not have: unknown, not a verdict
-                    self.error = f"the profiler's events could not be read: {exc!r}"[:300]
-                self.overhead_s += time.perf_counter() - t0
-        return self._ops
-
-    @property
-    def overhead_ms(self) -> float:
-        """What the profiler added to the block's wall time: its start, stop and reading, measured, plus
-        PROFILED_OP_MS for each event it recorded (its callbacks around every op; about 40 us an op on a
-        loaded 2-core box). The audit round subtracts it from the wall it compares (audit.py)."""
-        _ = self.ops
-        return 1e3 * self.overhead_s + PROFILED_OP_MS * self.events
-
-    @property
-    def work(self) -> int:
-        return sum(w for _, w in self.ops)
-
-    @property
-    def names(self) -> list[str]:
-        return [n for n, _ in self.ops]
-
-
-@contextmanager
-def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
-    """Run the block under `mode` and the CPU profiler; on a normal exit the HiddenWork reads `hidden_work`.
-    The block's own exceptions pass through; the profiler's set `HiddenWork.error` and nothing else."""
-    hidden = HiddenWork()
-    t0 = time.perf_counter()
-    prof = _start_profiler(hidden)
-    hidden.overhead_s += time.perf_counter() - t0
-    mode.mark = prof is not None
-    try:
-        with mode:
-            yield hidden
-    finally:
-        mode.mark = False
-        if prof is not None:
-            t0 = time.perf_counter()
-            try:
-                prof.__exit__(None, None, None)
-                hidden.profile = prof
-            except Exception as exc:
-                hidden.error = f"the CPU profiler did not stop: {exc!r}"[:300]
-            hidden.overhead_s += time.perf_counter() - t0
-
-
-def _start_profiler(hidden: HiddenWork) -> Any:
-    """A started CPU profiler (every thread where it can, input shapes), or None with `hidden.error` saying
-    why not. Without privileges the all-threads option failed to start ("Invalid argument", the CPU
-    evaluator of tests/kernelgym/test_isolation.py): the calling thread's ops are still worth recording."""
-    from torch.profiler import ProfilerActivity, profile
-
-    errors = []
-    for config in dict.fromkeys((_all_threads(), None)):
-        try:
-            prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True, experimental_config=config)
-            prof.__enter__()
-            hidden.error = "; ".join(errors)  # a fallback that started still says what it lacks
-            return prof
-        except Exception as exc:
-            errors.append(f"the CPU profiler did not start{' on every thread' if config else ''}: {exc!r}"[:200])
-    hidden.error = "; ".join(errors)
-    return None
-
-
-def _all_threads() -> Any:
-    """The profiler's config to record every thread's ops, not only the calling thread's: the dispatch mode is
-    thread-local, so work handed to a thread the candidate started (at import, before any of this) would
-    otherwise be seen by neither. None where this torch lacks the option (then those ops stay unseen)."""
-    from torch._C._profiler import _ExperimentalConfig
-
-    try:
-        return _ExperimentalConfig(profile_all_threads=True)
-    except TypeError:
-        return None
-
-
-@lru_cache(maxsize=None)
-def _packet(name: str) -> Any:
-    """"aten::relu" -> torch.ops.aten.relu (None for a name that is not an aten op)."""
-    namespace, _, base = name.partition("::")
-    if namespace != "aten" or not base:
-        return None
-    try:
-        return getattr(torch.ops.aten, base)
-    except (AttributeError, RuntimeError):
-        return None
-
-
-@lru_cache(maxsize=None)
-def _computes(name: str) -> bool:
-    """Whether a profiler aten op name is compute, judged as `is_compute` judges the mode's ops."""
-    packet = _packet(name)
-    if packet is None:
-        return False  # not an aten op (a range, a custom op): its aten ops below it are judged themselves
-    base = name.split("::")[-1]
-    # glue (allocation, copy, view by name): no new values, as for the mode (GLUE)
-    if base in GLUE or base.rstrip("_") in GLUE:
-        return False
-    overloads = [getattr(packet, o) for o in packet.overloads()]
-    # a view op shares its input's values (every overload a view)
-    if overloads and all(getattr(o, "is_view", False) for o in overloads):
-        return False
-    # metadata queries (size, result_type, is_nonzero, ...): no overload returns a tensor, so no tensor values
-    return any("Tensor" in str(r.type) for o in overloads for r in o._schema.returns)
-
-
-class _Op:
-    """One profiler event as a node of its thread's call tree (built by `_tree`; kineto's raw events carry
-    no parent links, and FunctionEvent trees cost ten times more to build)."""
-
-    __slots__ = ("name", "start", "end", "event", "parent", "children", "marked", "handled")
-
-    def __init__(self, event: Any) -> None:
-        self.name: str = event.name()
-        self.start, self.end = event.start_ns(), event.start_ns() + max(0, event.duration_ns())
-        self.event = event
-        self.parent: _Op | None = None
-        self.children: list[_Op] = []
-        self.marked = False  # a HIDDEN_MARK range in its subtree: the mode handled it or an op below it
-        self.handled = False  # the mode handled this very call (`_mark`)
-
-
-def _tree(events: Any) -> list[_Op]:
-    """The roots of every thread's call tree of `_Op`s, nested by time (an event inside another's span is its
-    child), with `marked` and `handled` set."""
-    by_thread: dict[int, list[_Op]] = {}
-    for e in events:
-        by_thread.setdefault(e.start_thread_id(), []).append(_Op(e))
-    roots: list[_Op] = []
-    for nodes in by_thread.values():
-        nodes.sort(key=lambda n: (n.start, -n.end))
-        stack: list[_Op] = []
-        for n in nodes:
-            while stack and not (stack[-1].start <= n.start and n.end <= stack[-1].end):
-                stack.pop()
-            if stack:
-                n.parent = stack[-1]
-                n.parent.children.append(n)
-            else:
-                roots.append(n)
-            stack.append(n)
-            if n.name == HIDDEN_MARK:
-                _mark(n)
-    return roots
-
-
-def _mark(mark: _Op) -> None:
-    """A HIDDEN_MARK range: its nearest enclosing op (past PyTorch's own "PythonDispatchMode" range, whose name
-    has no namespace) is the call the mode handled, and every enclosing op saw the mode inside it."""
-    up = mark.parent
-    while up is not None and "::" not in up.name:
-        up = up.parent
-    if up is not None:
-        up.handled = True
-    up = mark.parent
-    while up is not None and not up.marked:
-        up.marked, up = True, up.parent
-
-
-def _aten_children(op: _Op) -> list[_Op]:
-    """The nearest aten ops below `op` (through ranges and custom ops)."""
-    found, stack = [], list(op.children)
-    while stack:
-        c = stack.pop()
-        if c.name.startswith("aten::"):
-            found.append(c)
-        else:
-            stack += c.children
-    return found
-
-
-def _shape_work(op: _Op) -> int:
-    """`op_work` from the recorded input shapes: FLOPs where PyTorch has a formula, else the largest input's
-    element count (the output is not recorded; an elementwise op or a reduction reads that many).
-
-    Only the leading tensor arguments go to the formula: the profiler records a scalar (addmm's beta and
-    alpha) as an empty shape, which the formulas would take for a tensor and fail on. Convolution's formula
-    needs the output shape, which is not recorded: its FLOPs are taken as if the output kept the input's
-    spatial size (stride 1, same padding; an upper estimate for a strided one)."""
-    from torch.utils.flop_counter import flop_registry
-
-    shapes = [tuple(s) if isinstance(s, list) and all(isinstance(d, int) for d in s) else s
-              for s in (op.event.shapes() or [])]
-    dtypes = list(op.event.dtypes() or []) + [""] * len(shapes)
-    tensors = []
-    for shape, dtype in zip(shapes, dtypes):
-        if not isinstance(shape, tuple) or dtype in ("Scalar", ""):
-            break  # the first non-tensor argument ends the positional tensors
-        tensors.append(shape)
-    base = op.name.split("::")[-1]
-    if "conv" in base and len(tensors) >= 2 and len(tensors[0]) >= 3 and len(tensors[1]) >= 3:
-        x, w = tensors[0], tensors[1]
-        return 2 * math.prod(x) // max(1, x[1]) * math.prod(w)  # out elements ~ N*Cout*spatial, each Cin/g*k MACs
-    formula = flop_registry.get(_packet(op.name))
-    if formula is not None and tensors:
-        try:
-            flops = int(formula(*tensors, out_val=None))
-            if flops > 0:
-                return flops
-        except Exception:
-            pass  # a formula that needs arguments the profiler did not keep
-    return max((math.prod(s) for s in shapes if isinstance(s, tuple)), default=0)
-
-
-def _op_work(op: _Op) -> int:
-    """Work of a hidden op: the sum of its compute sub-ops' (`linear` is its `addmm`), else its own."""
-    inner = [c for c in _aten_children(op) if _computes(c.name)]
-    if inner:
-        return sum(_op_work(c) for c in inner)
-    return _shape_work(op)
-
-
-def hidden_work(events: Any) -> list[tuple[str, int]]:
-    """(name, work) of each aten compute op among the profiler's raw `events` (kineto's) that the mode neither
-    handled nor saw inside (see `_unseen`)."""
-    found: list[tuple[str, int]] = []
-    stack = _tree(events)
-    while stack:
-        op = stack.pop()
-        if _unseen(op):
-            work = _op_work(op)
-            if work > 0:
-                found.append((op.name, work))
-        elif not (op.handled and _computes(op.name)):
-            stack += op.children
-        # (a compute op the mode handled: its work and everything below it are counted there already)
-    return found
-
-
-def _unseen(op: _Op) -> bool:
-    """Whether `op` is an aten compute op with no op the mode handled at or below it. Anything else is looked
-    into: a range or a custom op (its body, which the mode does not see), a glue op (the mode neither poisons
-    nor counts it, so what its implementation computed is not counted either: a tensor subclass's
-    `__torch_dispatch__` under `clone`), a composite op (`linear`, whose `addmm` the mode handled)."""
-    return op.name.startswith("aten::") and not op.marked and _computes(op.name)
 
 
 class StoreRecorder:

@@ -73,7 +73,7 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
             f"in a timed call only {100 * share:.0f}% of the output's elements hold values the candidate's kernels "
             "stored there; the rest was computed elsewhere (NumPy, Python)")
     walls = acc["walls"].get("cand") or []
-    # the profiler beside the mode costs its own time inside this request (accounting.HiddenWork.overhead_ms),
+    # the profiler beside the mode costs its own time inside this request (hidden.HiddenWork.overhead_ms),
     # which no scored round pays: taken off the wall compared, never more than most of it
     own = reply.get("accounting_ms")
     wall -= min(float(own), 0.9 * wall) if isinstance(own, (int, float)) and own > 0 else 0.0

@@ -185,7 +185,7 @@ class Lane:
         popen = spawn_worker(module, theirs.fileno(), env or self.env, self.root / f"{module.rsplit('.', 1)[-1]}.log",
                              [json.dumps({**opts, "parent_pid": os.getpid()})])
         theirs.close()
-        return _Proc(popen, Channel(mine))
+        return _Proc(popen, Channel(mine, max_blob_bytes=None))  # a trusted worker
 
     def _ref_opts(self) -> dict[str, Any]:
         c = self.cfg

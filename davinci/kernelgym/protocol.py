@@ -64,14 +64,15 @@ class Channel:
     """A framed, optionally authenticated, deadline-aware view of a connected stream socket.
 
     `sign_key` signs outgoing frames (the candidate side); `verify_key` checks incoming ones (the
-    supervisor's side of a candidate channel). `max_blob_bytes` bounds what a peer may make us allocate: every
-    channel that reads from the candidate's process sets one; None (unbounded) is for a trusted peer (the
+    supervisor's side of a candidate channel). `max_blob_bytes` bounds what a peer may make us allocate, and
+    every channel names it (no default, so a new channel cannot be left open by omission): a bound on every
+    channel that reads from the candidate's process; None (unbounded) only for a trusted peer (the
     supervisor, the reference worker), whose frames carry whole problems' tensors over the host transport
     (a 'check' request of a problem with 6.4 GB outputs carries the outputs and the inputs after the call).
     """
 
-    def __init__(self, sock: socket.socket, *, sign_key: bytes | None = None, verify_key: bytes | None = None,
-                 max_blob_bytes: int | None = None) -> None:
+    def __init__(self, sock: socket.socket, *, max_blob_bytes: int | None, sign_key: bytes | None = None,
+                 verify_key: bytes | None = None) -> None:
         self.sock = sock
         self._signer = hmac.new(sign_key, digestmod="sha256") if sign_key else None
         self._verifier = hmac.new(verify_key, digestmod="sha256") if verify_key else None

@@ -410,7 +410,7 @@ def main(argv: list[str]) -> int:
     device = opts["device"]
     if device.startswith("cuda"):
         torch.cuda.init()
-    worker = RefWorker(Channel(socket_from_fd(fd)), opts)
+    worker = RefWorker(Channel(socket_from_fd(fd), max_blob_bytes=None), opts)  # from the supervisor
     return worker.serve()
 
 

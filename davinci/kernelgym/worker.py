@@ -53,7 +53,8 @@ import torch
 from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
-from davinci.kernelgym.accounting import HiddenWork, PoisonMode, StoreRecorder, accounted
+from davinci.kernelgym.accounting import PoisonMode, StoreRecorder
+from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
 from davinci.kernelgym.timing import DeviceTimer
@@ -120,7 +121,7 @@ class Harness:
         self.refs = guards.capture()
         self.state0 = guards.global_state()
         self.timer = DeviceTimer(self.device, int(job.get("l2_flush_mb", 256)))
-        self.chan = Channel(sock, sign_key=bytes.fromhex(job["key"]))
+        self.chan = Channel(sock, sign_key=bytes.fromhex(job["key"]), max_blob_bytes=None)  # from the supervisor
         job["key"] = ""
         self._exit, self._perf = os._exit, time.perf_counter
         self._sync = torch.cuda.synchronize if self.cuda else (lambda: None)
@@ -201,7 +202,7 @@ class Harness:
                 self._fill(slot, h["fill"], blobs)
         poisoned = guards.poison_cached_blocks(self.device, int(h["poison"])) if h.get("poison") is not None else 0
         before = guards.thread_counts()
-        hidden = HiddenWork()  # PyTorch work out of the mode's sight (the CPU profiler beside it, accounting.py)
+        hidden = HiddenWork()  # PyTorch work out of the mode's sight (the CPU profiler beside it, hidden.py)
         self.rec.start()
         t0 = self._perf()
         try:
@@ -513,7 +514,7 @@ def _init_device(device: str) -> None:
 def child_main(fd: int, opts: dict[str, Any], parent_pid: int) -> int:
     """Entry point of a forked candidate process; returns the exit code (the caller os._exit()s)."""
     applied = enter_sandbox(fd, opts, parent_pid)
-    chan = Channel(socket_from_fd(fd))
+    chan = Channel(socket_from_fd(fd), max_blob_bytes=None)  # from the supervisor
     try:
         _init_device(opts["device"])
         chan.send({"op": "ready", "pid": applied.get("pid", os.getpid()), "sandbox": applied})

@@ -86,7 +86,7 @@ class Zygote:
     def __init__(self, ctl_fd: int, opts: dict) -> None:
         from davinci.kernelgym.protocol import Channel, socket_from_fd
 
-        self.ctl = Channel(socket_from_fd(ctl_fd))
+        self.ctl = Channel(socket_from_fd(ctl_fd), max_blob_bytes=None)  # from the supervisor
         self.opts = opts
         self.exited: dict[int, int] = {}
         self.children: set[int] = set()

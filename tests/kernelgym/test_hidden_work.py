@@ -4,7 +4,7 @@ A candidate can compute with PyTorch out of the mode's sight: inside a custom op
 token kernel (the op counts as the candidate's own work, and the mode is popped in its body), or under
 `torch._C._DisableTorchDispatch`. On the CPU the Triton interpreter's store/load record (`host_compute`) catches
 both, but that record does not exist on a GPU; the CPU profiler that runs beside the mode does
-(`accounting.hidden_work`). These tests ask for `torch_compute` itself, which only that path can give here
+(`hidden.hidden_work`). These tests ask for `torch_compute` itself, which only that path can give here
 (host_compute is reported only when torch_compute is not).
 
 Unit tests run the mode and the profiler in-process on small forwards (cheats, honest glue); the evaluator
@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from davinci.kernelgym import Evaluator, load_problem_file
-from davinci.kernelgym.accounting import PoisonMode, accounted, torch_verdict
+from davinci.kernelgym.accounting import PoisonMode, torch_verdict
+from davinci.kernelgym.hidden import accounted
 from davinci.types import Candidate
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -199,7 +200,7 @@ def test_hidden_torch_work_is_torch_compute(strict_gym, name, problem):
 def test_the_profilers_own_cost_is_reported_for_the_audit_wall():
     """The audit round compares its wall with the scored rounds' (audit.WATCHED_RATIO); the profiler's start,
     stop, reading and per-event callbacks are the evaluator's cost, reported so the audit can take them off."""
-    from davinci.kernelgym.accounting import PROFILED_OP_MS
+    from davinci.kernelgym.hidden import PROFILED_OP_MS
 
     mode = PoisonMode()
     with accounted(mode) as hidden:

@@ -16,7 +16,7 @@ from davinci.kernelgym.transport import TransportError, allocate, decode, encode
 
 def pair(key: bytes | None = None) -> tuple[Channel, Channel]:
     a, b = socket.socketpair()
-    return Channel(a, sign_key=key), Channel(b, verify_key=key)
+    return Channel(a, sign_key=key, max_blob_bytes=None), Channel(b, verify_key=key, max_blob_bytes=None)
 
 
 def test_frames_round_trip_with_blobs_and_authentication():
@@ -28,16 +28,16 @@ def test_frames_round_trip_with_blobs_and_authentication():
 
 def test_a_frame_signed_with_another_key_is_rejected():
     a, b = socket.socketpair()
-    Channel(a, sign_key=b"wrong" * 8).send({"op": "forged"})
+    Channel(a, sign_key=b"wrong" * 8, max_blob_bytes=None).send({"op": "forged"})
     with pytest.raises(ProtocolError, match="authentication"):
-        Channel(b, verify_key=b"right" * 8).recv(time.monotonic() + 2)
+        Channel(b, verify_key=b"right" * 8, max_blob_bytes=None).recv(time.monotonic() + 2)
 
 
 def test_raw_bytes_and_replayed_frames_are_rejected():
     a, b = socket.socketpair()
     a.sendall(b"correct: true\n" * 4)
     with pytest.raises(ProtocolError):
-        Channel(b).recv(time.monotonic() + 2)
+        Channel(b, max_blob_bytes=None).recv(time.monotonic() + 2)
     tx, rx = pair()
     tx.send({"op": "one"})
     rx.recv(time.monotonic() + 2)
@@ -60,7 +60,7 @@ def test_deadline_and_closed_peer():
 
 def test_oversized_frames_are_refused_before_allocation():
     a, b = socket.socketpair()
-    Channel(a).send({"op": "big"}, [b"x" * 1000])
+    Channel(a, max_blob_bytes=None).send({"op": "big"}, [b"x" * 1000])
     with pytest.raises(ProtocolError):
         Channel(b, max_blob_bytes=100).recv(time.monotonic() + 2)
 
@@ -79,7 +79,7 @@ def test_a_trusted_peers_frame_is_not_bounded_by_a_default():
     a, b = socket.socketpair()
     claim(a)
     with pytest.raises(ChannelClosed):  # it read the 64 bytes that came, then found the peer gone
-        Channel(b).recv(time.monotonic() + 2)
+        Channel(b, max_blob_bytes=None).recv(time.monotonic() + 2)
     a, b = socket.socketpair()
     claim(a)
     with pytest.raises(ProtocolError, match="limit"):
@@ -102,7 +102,7 @@ def test_a_forged_giant_length_is_refused_without_allocating():
     a, b = socket.socketpair()
     body = b'{"x":1}'
     a.sendall(PREFIX.pack(MAGIC, len(body), 512 << 20) + body + bytes(32))
-    rx = Channel(b, verify_key=b"k" * 32)
+    rx = Channel(b, verify_key=b"k" * 32, max_blob_bytes=None)
 
     def receive():
         with pytest.raises(ProtocolError, match="authentication"):
