@@ -64,7 +64,8 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
     else:
         changed = None if comparison["ok"] else \
             f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})"
-        ev.torch_compute = ev.torch_compute or torch_verdict(changed, reply.get("torch_work"),
+        tampered = str(reply.get("torch_hidden_tampered") or "")[:200]  # the profiler switched off inside
+        ev.torch_compute = ev.torch_compute or tampered or torch_verdict(changed, reply.get("torch_work"),
                                                              (job.info.get("work") or {}).get("torch_work"),
                                                              op_names(reply.get("torch_hidden")))
     share = reply.get("kernel_share")

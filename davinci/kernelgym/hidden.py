@@ -28,6 +28,7 @@ import torch
 
 from davinci.kernelgym.accounting import GLUE, HIDDEN_MARK, PoisonMode
 
+START_MARK, END_MARK = "kernelgym::accounting_start", "kernelgym::accounting_end"
 PROFILED_OP_MS = 0.05  # the CPU profiler's callbacks per recorded event (ms), an upper figure (HiddenWork.overhead_ms)
 
 
@@ -40,6 +41,7 @@ class HiddenWork:
     def __init__(self) -> None:
         self.profile: Any = None  # the finished torch.profiler.profile, once the block exited normally
         self.error = ""
+        self._tampered = ""       # our start or end mark missing from the events: switched off from inside
         self.overhead_s = 0.0     # the profiler's own start, stop and reading (see `overhead_ms`)
         self.events = 0
         self._ops: list[tuple[str, int]] | None = None
@@ -54,10 +56,19 @@ class HiddenWork:
                     events = self.profile.profiler.kineto_results.events()
                     self.events = len(events)
                     self._ops = hidden_work(events)
+                    if not {START_MARK, END_MARK} <= {e.name() for e in events}:
+                        self._tampered = ("the CPU profiler beside the accounting was switched off or replaced "
+                                          "during the forward (its start or end mark is missing)")
                 except Exception as exc:  # an event layout this torch does not have: unknown, not a verdict
                     self.error = f"the profiler's events could not be read: {exc!r}"[:300]
                 self.overhead_s += time.perf_counter() - t0
         return self._ops
+
+    @property
+    def tampered(self) -> str:
+        """Why the profiler's record cannot be the whole forward's, or "" (see `accounted`)."""
+        _ = self.ops
+        return self._tampered
 
     @property
     def overhead_ms(self) -> float:
@@ -83,6 +94,9 @@ def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
     hidden = HiddenWork()
     t0 = time.perf_counter()
     prof = _start_profiler(hidden)
+    if prof is not None:
+        with torch.profiler.record_function(START_MARK):
+            pass
     hidden.overhead_s += time.perf_counter() - t0
     mode.mark = prof is not None
     try:
@@ -92,11 +106,17 @@ def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
         mode.mark = False
         if prof is not None:
             t0 = time.perf_counter()
+            # A mark at both ends: a profiler switched off from inside the block (torch.autograd._disable_profiler,
+            # a profiler of its own closed inside ours) or replaced by a session of its own loses one of them
+            # (`HiddenWork.tampered`), and with it whatever ran out of sight meanwhile.
+            with torch.profiler.record_function(END_MARK):
+                pass
             try:
                 prof.__exit__(None, None, None)
                 hidden.profile = prof
-            except Exception as exc:
+            except Exception as exc:  # it started: one that cannot stop was most likely stopped from inside
                 hidden.error = f"the CPU profiler did not stop: {exc!r}"[:300]
+                hidden._tampered = "the CPU profiler beside the accounting could not be stopped (stopped from inside?)"
             hidden.overhead_s += time.perf_counter() - t0
 
 

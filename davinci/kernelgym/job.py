@@ -94,6 +94,7 @@ class Job:
     last_torch_work: float | None = None                   # accounting forward: work of PyTorch's compute ops
     last_torch_hidden: list[str] | None = None             # accounting forward: ops out of the mode's sight
     hidden_work_error: str = ""                            # why the profiler beside the mode saw nothing
+    hidden_tampered: str = ""                              # the candidate switched that profiler off
     last_input_share: float | None = None                  # CPU accounting forward: input elements kernels loaded
     compiled: bool = False
     numerics_ok: bool = False
@@ -392,6 +393,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     job.last_torch_hidden = op_names(ev.get("torch_hidden"))
     if ev.get("torch_hidden_error"):  # the profiler beside the mode could not look: hidden work unknown
         job.hidden_work_error = str(ev["torch_hidden_error"])[:300]
+    job.hidden_tampered = job.hidden_tampered or str(ev.get("torch_hidden_tampered") or "")[:200]
     job.last_input_share = ev.get("input_share")
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
@@ -471,8 +473,8 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
     else:
         changed = None if check["comparison"]["ok"] else \
             f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
-        job.evidence.torch_compute = torch_verdict(changed, job.last_torch_work,
-                                                   (job.info.get("work") or {}).get("torch_work"), job.last_torch_hidden)
+        job.evidence.torch_compute = job.hidden_tampered or torch_verdict(
+            changed, job.last_torch_work, (job.info.get("work") or {}).get("torch_work"), job.last_torch_hidden)
     share, read = job.last_kernel_share, job.last_input_share
     if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
         job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "

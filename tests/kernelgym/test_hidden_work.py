@@ -26,7 +26,7 @@ from davinci.types import Candidate
 FIXTURES = Path(__file__).parent / "fixtures"
 CHEATS_DIR = FIXTURES / "cheats_v2"
 HIDDEN_CHEATS = [("c2_fb_custom_op_token_kernel", "relu"), ("c2_fb_disable_dispatch_launder", "relu"),
-                 ("c2_fb_thread_matmul_launder", "matmul_cpu")]
+                 ("c2_fb_thread_matmul_launder", "matmul_cpu"), ("c2_fb_profiler_off", "relu")]
 
 
 @torch.library.custom_op("kg_hidden_test::relu", mutates_args=())
@@ -195,6 +195,22 @@ def test_hidden_torch_work_is_torch_compute(strict_gym, name, problem):
     cand = Candidate(problem_id=p.id, code=(CHEATS_DIR / f"{name}.py").read_text(), backend="triton")
     r = strict_gym.evaluate(p, cand, seed=2)
     assert "torch_compute" in r.flags, (r.flags, r.feedback)
+
+
+def test_a_profiler_switched_off_inside_the_forward_is_tampering():
+    """Switching the profiler off hides whatever runs after it; the accounting's marks at both ends of the
+    block are then missing from what it recorded."""
+    def forward(x):
+        torch.autograd._disable_profiler()
+        with torch._C._DisableTorchDispatch():
+            return x.clamp(min=0)
+
+    with accounted(PoisonMode()) as clean:
+        torch.randn(8, 8).clone()
+    assert clean.tampered == ""
+    with accounted(PoisonMode()) as hidden:
+        forward(torch.randn(64, 256))
+    assert "switched off" in hidden.tampered and hidden.ops == []  # the clamp after it went unrecorded
 
 
 def test_the_profilers_own_cost_is_reported_for_the_audit_wall():
