@@ -330,10 +330,11 @@ SHARE_MOST = 0.5
 
 
 def torch_verdict(changed: str | None, torch_work: float | None, reference_work: float | None,
-                  hidden: list[str] | None = None) -> str | None:
+                  hidden: list[str] | None = None, tampered: str = "") -> str | None:
     """`torch_compute` evidence or None, from the poisoned forward's outcome (`changed`: why the answer changed or
     the forward failed; None = it still matched) and the two works. `hidden`: names of the ops PyTorch ran out of
-    the dispatch mode's sight (`hidden_work`; their work is inside `torch_work`), named in the message.
+    the dispatch mode's sight (`hidden.hidden_work`; their work is inside `torch_work`), named in the message;
+    `tampered`: why that record cannot be the whole forward's (the candidate switched the profiler off).
 
     >>> torch_verdict("16384 of 16384 elements out of tolerance", 16384, 16384) is not None
     True
@@ -342,6 +343,8 @@ def torch_verdict(changed: str | None, torch_work: float | None, reference_work:
     >>> torch_verdict(None, 100, 16384) is None
     True
     """
+    if tampered:
+        return tampered
     if changed:
         return changed
     if reference_work and torch_work is not None and float(torch_work) / float(reference_work) >= SHARE_MOST:

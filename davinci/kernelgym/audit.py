@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from davinci.kernelgym.accounting import torch_verdict
-from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, op_names, ask, fresh_inputs, ref
+from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, ref
 
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
@@ -64,10 +64,9 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
     else:
         changed = None if comparison["ok"] else \
             f"a timed call's answer changed once PyTorch's own results were poisoned ({comparison['reason']})"
-        tampered = str(reply.get("torch_hidden_tampered") or "")[:200]  # the profiler switched off inside
-        ev.torch_compute = ev.torch_compute or tampered or torch_verdict(changed, reply.get("torch_work"),
+        ev.torch_compute = ev.torch_compute or torch_verdict(changed, reply.get("torch_work"),
                                                              (job.info.get("work") or {}).get("torch_work"),
-                                                             op_names(reply.get("torch_hidden")))
+                                                             *hidden_evidence(reply))
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (

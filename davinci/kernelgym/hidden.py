@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
-from davinci.kernelgym.accounting import GLUE, HIDDEN_MARK, PoisonMode
+from davinci.kernelgym.accounting import HIDDEN_MARK, PoisonMode, is_compute
 
 START_MARK, END_MARK = "kernelgym::accounting_start", "kernelgym::accounting_end"
 PROFILED_OP_MS = 0.05  # the CPU profiler's callbacks per recorded event (ms), an upper figure (HiddenWork.overhead_ms)
@@ -85,6 +85,11 @@ class HiddenWork:
     @property
     def names(self) -> list[str]:
         return [n for n, _ in self.ops]
+
+    def evidence(self) -> dict[str, Any]:
+        """The reply fields the supervisor reads (job.hidden_evidence): the unseen ops, why none could be seen,
+        and why the record cannot be the whole block's."""
+        return {"torch_hidden": self.names[:16], "torch_hidden_error": self.error, "torch_hidden_tampered": self.tampered}
 
 
 @contextmanager
@@ -169,13 +174,9 @@ def _computes(name: str) -> bool:
     packet = _packet(name)
     if packet is None:
         return False  # not an aten op (a range, a custom op): its aten ops below it are judged themselves
-    base = name.split("::")[-1]
-    # glue (allocation, copy, view by name): no new values, as for the mode (GLUE)
-    if base in GLUE or base.rstrip("_") in GLUE:
-        return False
     overloads = [getattr(packet, o) for o in packet.overloads()]
-    # a view op shares its input's values (every overload a view)
-    if overloads and all(getattr(o, "is_view", False) for o in overloads):
+    # glue (allocation, copy, view by name) or a view op (every overload a view): no new values, as for the mode
+    if overloads and not any(is_compute(o) for o in overloads):
         return False
     # metadata queries (size, result_type, is_nonzero, ...): no overload returns a tensor, so no tensor values
     return any("Tensor" in str(r.type) for o in overloads for r in o._schema.returns)

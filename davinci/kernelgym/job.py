@@ -142,9 +142,12 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
 REPLY_SLACK = 16 << 20  # bytes: non-tensor outputs, a reply's own small blobs
 
 
-def op_names(value: Any) -> list[str] | None:
-    """A list of op names from the candidate's process, as strings, at most 16 (anything else: None)."""
-    return [str(v)[:80] for v in value[:16]] if isinstance(value, list) else None
+def hidden_evidence(reply: dict[str, Any]) -> tuple[list[str] | None, str]:
+    """(unseen op names, tamper reason) from a reply's `hidden.HiddenWork.evidence` fields, as bounded strings
+    (they come from the candidate's process)."""
+    names = reply.get("torch_hidden")
+    return ([str(v)[:80] for v in names[:16]] if isinstance(names, list) else None,
+            str(reply.get("torch_hidden_tampered") or "")[:200])
 
 
 def reply_limit(job: Job, header: dict[str, Any]) -> int:
@@ -390,10 +393,10 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     ev = reply.get("evidence") or {}
     job.last_kernel_share = ev.get("kernel_share")
     job.last_torch_work = ev.get("torch_work")
-    job.last_torch_hidden = op_names(ev.get("torch_hidden"))
+    job.last_torch_hidden, tampered = hidden_evidence(ev)
+    job.hidden_tampered = job.hidden_tampered or tampered
     if ev.get("torch_hidden_error"):  # the profiler beside the mode could not look: hidden work unknown
         job.hidden_work_error = str(ev["torch_hidden_error"])[:300]
-    job.hidden_tampered = job.hidden_tampered or str(ev.get("torch_hidden_tampered") or "")[:200]
     job.last_input_share = ev.get("input_share")
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
@@ -473,8 +476,8 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
     else:
         changed = None if check["comparison"]["ok"] else \
             f"the answer changed once PyTorch's own results were poisoned ({check['comparison']['reason']})"
-        job.evidence.torch_compute = job.hidden_tampered or torch_verdict(
-            changed, job.last_torch_work, (job.info.get("work") or {}).get("torch_work"), job.last_torch_hidden)
+        job.evidence.torch_compute = torch_verdict(changed, job.last_torch_work, (job.info.get("work") or {}).get(
+            "torch_work"), job.last_torch_hidden, job.hidden_tampered)
     share, read = job.last_kernel_share, job.last_input_share
     if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
         job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "

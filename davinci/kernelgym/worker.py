@@ -250,9 +250,7 @@ class Harness:
     def _accounting(self, mode: PoisonMode, hidden: HiddenWork, leaves: list[Any], elements: int) -> dict[str, Any]:
         """The accounting forward's evidence (accounting.py): PyTorch's work, seen by the mode or out of its
         sight, and on the CPU the kernels' share of the output's stores and of the input's loads."""
-        evidence = {"torch_ops": mode.poisoned[:32], "torch_work": mode.work + hidden.work,
-                    "torch_hidden": hidden.names[:16], "torch_hidden_error": hidden.error,
-                    "torch_hidden_tampered": hidden.tampered}
+        evidence = {"torch_ops": mode.poisoned[:32], "torch_work": mode.work + hidden.work, **hidden.evidence()}
         if self.stores.installed:
             evidence["kernel_share"] = self.stores.kernel_share(leaves)
             evidence["input_share"] = self.stores.input_share(mode.derived, elements)
@@ -339,9 +337,7 @@ class Harness:
             self.stores.stop()
         reply["torch_ops"] = mode.poisoned[:32]
         reply["torch_work"] = (mode.work + hidden.work) / max(1, len(h.get("order") or ()))  # per timed call
-        reply["torch_hidden"] = hidden.names[:16]
-        reply["torch_hidden_error"] = hidden.error
-        reply["torch_hidden_tampered"] = hidden.tampered
+        reply.update(hidden.evidence())
         reply["accounting_ms"] = hidden.overhead_ms  # the profiler's own cost inside this request (audit.py)
         if self.stores.installed and reply.get("ok"):
             reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
