@@ -163,23 +163,28 @@ def launch(row: str, gpus: int, max_gpus: int, smoke: bool, samples: int, folder
         if merged["status"] == "ok":
             merged["step_s"] = max(r["step_s"] for r in ranks)
     if merged["status"] == "failed":
-        merged["error"] = proc.stderr.strip().splitlines()[-1:] if proc.stderr.strip() else [f"exit {proc.returncode}"]
+        merged["error"] = proc.stderr.strip().splitlines()[-3:] if proc.stderr.strip() else [f"exit {proc.returncode}"]
     return merged
 
 
-def print_table(results: list[dict], device: str, smoke: bool) -> None:
+def print_header(device: str, smoke: bool) -> None:
     models = ("tiny shapes in float32 (smoke: checks the script; 2 processes share 2 cores, timings mean nothing)" if smoke
               else "random init, bf16 compute, float32 sharded trainable weights (FSDP2 mixed precision)")
     print(f"device: {device}; models: {models}")
-    print(f"{'row':<10} {'mode':<5} {'GPUs':>4} {'samples':>7} {'tokens':>8} {'status':>6} {'peak GiB/GPU':>12} {'step s':>7} {'tok/s':>8}")
-    for r in results:
-        mode = "LoRA" if ROWS[r["row"]]["lora"] else "full"
-        step = f"{r['step_s']:7.1f}" if "step_s" in r else f"{'-':>7}"
-        tps = f"{r['tokens'] / r['step_s']:8.0f}" if "step_s" in r else f"{'-':>8}"
-        peak = f"{r['peak_gib']:12.1f}" if "peak_gib" in r else f"{'-':>12}"
-        print(f"{r['row']:<10} {mode:<5} {r['gpus']:>4} {r['samples']:>7} {r.get('tokens', 0):>8} {r['status']:>6} {peak} {step} {tps}")
-        if r.get("error"):
-            print(f"    {r['error']}")
+    print(f"{'row':<10} {'mode':<5} {'GPUs':>4} {'samples':>7} {'tokens':>8} {'status':>6} {'peak GiB/GPU':>12} {'step s':>7} {'tok/s':>8}",
+          flush=True)
+
+
+def print_row(r: dict) -> None:
+    """One (row, GPU count) line, printed as soon as its run ends: a suite's time limit keeps the rows done."""
+    mode = "LoRA" if ROWS[r["row"]]["lora"] else "full"
+    step = f"{r['step_s']:7.1f}" if "step_s" in r else f"{'-':>7}"
+    tps = f"{r['tokens'] / r['step_s']:8.0f}" if "step_s" in r else f"{'-':>8}"
+    peak = f"{r['peak_gib']:12.1f}" if "peak_gib" in r else f"{'-':>12}"
+    print(f"{r['row']:<10} {mode:<5} {r['gpus']:>4} {r['samples']:>7} {r.get('tokens', 0):>8} {r['status']:>6} {peak} {step} {tps}",
+          flush=True)
+    if r.get("error"):
+        print(f"    {r['error']}", flush=True)
 
 
 def main() -> None:
@@ -198,9 +203,16 @@ def main() -> None:
     visible = 2 if args.smoke_cpu else torch.cuda.device_count()
     counts = [int(c) for c in args.gpus.split(",") if c] or sorted({1, visible})
     device = "cpu (smoke, gloo)" if args.smoke_cpu else f"{visible} x {torch.cuda.get_device_name(0)}"
+    out = Path(os.environ["OUT"]) / "fsdp_step.json" if os.environ.get("OUT") else None
+    print_header(device, args.smoke_cpu)
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        results = [launch(row, k, max(counts), args.smoke_cpu, args.samples, Path(tmp)) for row in args.rows.split(",") for k in counts]
-    print_table(results, device, args.smoke_cpu)
+        for row in args.rows.split(","):
+            for k in counts:
+                results.append(launch(row, k, max(counts), args.smoke_cpu, args.samples, Path(tmp)))
+                print_row(results[-1])
+                if out is not None:  # rewritten after every run: what a time limit cuts off is only the rest
+                    out.write_text(json.dumps({"device": device, "results": results}, indent=1))
 
 
 if __name__ == "__main__":

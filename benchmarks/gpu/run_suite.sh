@@ -5,7 +5,8 @@
 #   OUT=/tmp/out benchmarks/gpu/run_suite.sh hacks!:240 bench:200 datacheck:110
 #   (a `!` after the name: stop the suite when that job fails)
 #
-# Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchold (the tree in .gpu/old, side by side),
+# Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchprod (runtime checks + profiled forward),
+# benchold (the tree in .gpu/old, side by side),
 # memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
 # lineage ($LINEAGE_ARGS), thrnew / throld (issue 14's one-GPU throughput, this tree / .gpu/old; $THR_MODES, $THR_OLD_MODES), ipcrelease, stall ($STALL_ARGS), underload ($UNDERLOAD_ARGS; multi-GPU), cluster (kernelgym_cluster_bench.py on the GPUs; $CLUSTER_ARGS, e.g. --modes local local-dask:8).
 # Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms; only the GPUs
@@ -50,6 +51,7 @@ job_cmd() {
     throld)     echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --problems all --reps 3 --cold-reps 1 --cache-dir /tmp/kg-thr-old --out $2/kernelgym_throughput_old.txt --tree .gpu/old --modes ${THR_OLD_MODES:-local 'local/4 lanes'}" ;;
     stall)      echo "python3 benchmarks/gpu/kernelgym_stall_probe.py ${STALL_ARGS:-}" ;;
     benchnew)   echo "python3 benchmarks/kernelgym_bench.py --tag new" ;;
+    benchprod)  echo "python3 benchmarks/kernelgym_bench.py --production --tag prod" ;;
     benchold)   echo "cd .gpu/old && PYTHONPATH=\$PWD:\$PYTHONPATH python3 benchmarks/kernelgym_bench.py --tag old" ;;
     memory)     echo "python3 benchmarks/gpu/rl_update_memory.py" ;;
     memoryq)    echo "python3 benchmarks/gpu/rl_update_memory.py --quick" ;;
