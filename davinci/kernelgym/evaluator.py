@@ -261,11 +261,12 @@ def _run(ev: Evaluator, job: Job, measure: bool) -> None:
                 gather_evidence(job)
     if not job.numerics_ok:
         return
-    pre = runtime_findings(job.checks, _evidence(job))
     with phase(job, "accounting"):
         _accounting(job)  # before timing: a candidate that hangs when timed is still accounted for
-    accounted = job.evidence.torch_compute or job.evidence.host_compute
-    if measure and not job.static and not pre and job.error_kind is None and not accounted:
+    # Only the enabled checks' findings stop timing: evidence of a check left out of gym.checks stays evidence
+    # (the accounting call runs for host_compute alone and still records torch_compute's evidence).
+    found = runtime_findings(job.checks, _evidence(job))
+    if measure and not job.static and not found and job.error_kind is None:
         with gpu_phase(job, "exclusive") as waited_s:
             job.run_deadline += waited_s  # the queue for the GPU is not the candidate's time
             job.phase_s["gpu_queue"] = waited_s
