@@ -6,7 +6,10 @@ Protocol (issue 13, item 6), every piece the engine's own code:
      held out, so no held-out chain shares its op signature with a training chain, and nothing trains on it;
   2. model: the tiny Llama (`create_tiny_backbone`, tokenizer trained on the training text only), sized by
      --hidden/--layers (defaults: ~20M parameters on a GPU);
-  3. SFT on the training problems, stopped early (--sft-steps) so held-out correctness sits between 0 and 1;
+  3. SFT on the training problems, stopped once it solves --calib-target of a calibration split: families held
+     out of training the same way as the held-out ones, but never the held-out ones (checked every --calib-check
+     steps, at most --sft-steps), so held-out correctness sits between 0 and 1 without the held-out split
+     steering anything;
   4. three arms from that same SFT checkpoint, at equal optimizer steps:
        rl        `run_rl_epoch` epochs on a fixed probe set of training problems (the same every epoch);
        sft       continued SFT on the training problems for as many optimizer steps as rl took;
@@ -26,8 +29,14 @@ control_flipped_after, device, commit, ...), $OUT/per_problem.jsonl, $OUT/learni
 (`data_prep.stage.split_by_signature`: the signature families of so small a pool are too few to hold one out),
 the tiny model at its profile size, SFT stopped where it solves part of the held-out chains, 2 short RL epochs.
 
-Not yet run on an H100 (written by the issue-13 branch); the defaults are a first guess to calibrate:
-watch `before` (want well inside (0, 1)) and lower --sft-steps when it is near 1, raise when near 0.
+Resumable: every stage (problems, SFT, each arm, each evaluation) writes its result into the work folder
+($LEARNING_WORK), and a rerun with the same folder starts after the last finished stage, so the demonstration can
+span several calls of a warm GPU machine (each call is at most 10 minutes):
+    LEARNING_WORK=$PWD/.learning_work LEARNING_ARGS="..." bash benchmarks/gpu/run_suite.sh learning:580   # twice
+
+First GPU run (4 x H200 lease, benchmarks/results/h200x4/session_2026-11-26c): with the old fixed 1,500 SFT steps
+and the family split, held-out correctness before RL was 0/130 (loss 0.48): nothing to measure from. The
+calibration split replaces that guess.
 """
 
 from __future__ import annotations
@@ -64,7 +73,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--turns", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=384)
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--sft-steps", type=int, default=1500)
+    ap.add_argument("--sft-steps", type=int, default=4000, help="most SFT steps (all of them with --calib-n 0)")
+    ap.add_argument("--calib-n", type=int, default=None,
+                    help="calibration problems: families (signatures) held out of training like the held-out split, never "
+                         "the held-out ones; SFT stops once it solves --calib-target of them (0: no calibration; "
+                         "default 48, 0 with --smoke-cpu)")
+    ap.add_argument("--calib-target", type=float, default=0.25)
+    ap.add_argument("--calib-check", type=int, default=250, help="SFT steps between calibration checks")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ops", default="", help="comma-separated op names of the chains (default: every op)")
@@ -81,6 +96,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.synthetic, args.heldout_max, args.probe, args.epochs, args.group_size = 48, 8, 4, 2, 2
         args.hidden, args.layers, args.sft_steps, args.device = 128, 2, 800, "cpu"
         args.set = ["agents.max_new_tokens=96", "gym.workers=1", *args.set]
+        args.calib_n = args.calib_n or 0  # the smoke pool is small to spare a calibration split (tests/rl/test_learning_demo.py)
+    args.calib_n = 48 if args.calib_n is None else args.calib_n
     return args
 
 
@@ -106,9 +123,10 @@ def build_profile(args: argparse.Namespace) -> Any:
     return load_profile("tiny", overrides)
 
 
-def split(problems: list[Any], every: int, heldout_max: int, by: str = "family") -> tuple[list[Any], list[Any]]:
-    """(train, held-out) by signature family: a family is held out when its crc32 falls in 1/every; or (`by`
-    "signature") the `heldout_max` op signatures with the lowest crc32, each with its reverse."""
+def split(problems: list[Any], every: int, heldout_max: int, by: str = "family", salt: str = "") -> tuple[list[Any], list[Any]]:
+    """(train, held-out) by signature family: a family is held out when crc32(salt + family) falls in 1/every; or
+    (`by` "signature") the `heldout_max` op signatures with the lowest crc32, each with its reverse. A second call
+    on the train part with another salt gives the calibration split, disjoint from the held-out one."""
     if by == "signature":
         from data_prep.stage import split_by_signature
 
@@ -117,7 +135,7 @@ def split(problems: list[Any], every: int, heldout_max: int, by: str = "family")
         held, train = split_by_signature(problems, heldout_max)
         op_sets = {tuple(sorted(operator_signature(p.code))) for p in held}  # a held-out chain's reverse never trains
         return [p for p in train if tuple(sorted(operator_signature(p.code))) not in op_sets], held
-    held = [p for p in problems if zlib.crc32(p.tags[2].encode()) % every == 0][:heldout_max]
+    held = [p for p in problems if zlib.crc32((salt + p.tags[2]).encode()) % every == 0][:heldout_max]
     ids = {p.id for p in held}
     families = {p.tags[2] for p in held}
     train = [p for p in problems if p.id not in ids and p.tags[2] not in families]
@@ -131,8 +149,10 @@ def register_flipped() -> None:
         ADVANTAGES.register("trloo_flipped")(lambda returns, groups: -trloo(returns, groups))
 
 
-def sft(profile: Any, train: list[Any], work: Path, out: Path, start: Path | None, max_steps: int) -> Path:
-    """SFT on the training problems (from scratch when `start` is None); returns the saved checkpoint."""
+def sft(profile: Any, train: list[Any], work: Path, out: Path, start: Path | None, max_steps: int,
+        stop: Any = None) -> tuple[Path, int]:
+    """SFT on the training problems (from scratch when `start` is None); returns the saved checkpoint and the
+    steps taken (fewer than `max_steps` when `stop(steps, backbone)` ends it)."""
     from data_prep import build_sft_examples
     from davinci.llm.backbone import Backbone
     from davinci.llm.sft import train_sft
@@ -145,9 +165,23 @@ def sft(profile: Any, train: list[Any], work: Path, out: Path, start: Path | Non
         backbone = create_tiny_backbone(corpus, profile.model, seed=profile.seed, device=profile.gym.device)
     else:
         backbone = Backbone.load(start, profile.model, profile.gym.device)
-    stats = train_sft(backbone, examples, replace(profile.sft, max_steps=max_steps), MemoryLogger(), progress=False)
+    stats = train_sft(backbone, examples, replace(profile.sft, max_steps=max_steps), MemoryLogger(), progress=False,
+                      stop=None if stop is None else (lambda steps: stop(steps, backbone)))
     log(out, f"sft {work.name}: {stats.steps} steps on {len(examples)} examples, loss {stats.first_loss:.3f} -> {stats.final_loss:.3f}")
-    return backbone.save(work)
+    return backbone.save(work), stats.steps
+
+
+def calibration_stop(profile: Any, calib: list[Any], work: Path, out: Path, every: int, target: float) -> Any:
+    """stop(steps, backbone) for `sft`: every `every` steps, the greedy correctness on the calibration split;
+    True once it reaches `target`. The held-out split is never looked at; the curve goes to the log."""
+    def stop(steps: int, backbone: Any) -> bool:
+        if not calib or steps % every:
+            return False
+        backbone.model.eval()
+        rate = sum(correct_with(profile, backbone, calib, work / f"calib_{steps:05d}")) / len(calib)
+        log(out, f"calibration after {steps} SFT steps: {rate:.3f} of {len(calib)} (stop at {target:.2f})")
+        return rate >= target
+    return stop
 
 
 def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, epochs: int) -> tuple[Path, int]:
@@ -167,16 +201,69 @@ def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, ep
     return ckpt, steps
 
 
-def heldout_correct(profile: Any, ckpt: Path, held: list[Any], work: Path) -> list[float]:
-    """1.0 / 0.0 per held-out problem: the best turn of a greedy episode is correct."""
-    from davinci.agents.evaluation import eval_profile, problem_record, run_eval
-    from davinci.kernelgym import evaluate_batch
-    from davinci.llm import Backbone, make_backend
+def heldout_correct(profile: Any, ckpt: Path, problems: list[Any], work: Path) -> list[float]:
+    """1.0 / 0.0 per problem: the best turn of a greedy episode of the checkpoint is correct."""
+    from davinci.agents.evaluation import eval_profile
+    from davinci.llm import Backbone
 
     prof = eval_profile(profile)
-    backbone = Backbone.load(ckpt, prof.model, prof.gym.device)
-    episodes = run_eval(prof, held, make_backend(backbone, prof.model), (), lambda items: evaluate_batch(items, prof.gym), work / "episodes.jsonl")
-    return [float(problem_record(p, episodes.get(p.id))["correct"]) for p in held]
+    return correct_with(profile, Backbone.load(ckpt, prof.model, prof.gym.device), problems, work)
+
+
+def correct_with(profile: Any, backbone: Any, problems: list[Any], work: Path) -> list[float]:
+    from davinci.agents.evaluation import eval_profile, problem_record, run_eval
+    from davinci.kernelgym import evaluate_batch
+    from davinci.llm import make_backend
+
+    prof = eval_profile(profile)
+    episodes = run_eval(prof, problems, make_backend(backbone, prof.model), (), lambda items: evaluate_batch(items, prof.gym), work / "episodes.jsonl")
+    return [float(problem_record(p, episodes.get(p.id))["correct"]) for p in problems]
+
+
+def _str0(pair: tuple[Path, int]) -> list[Any]:
+    """(checkpoint, steps) as JSON: the path as a string."""
+    return [str(pair[0]), pair[1]]
+
+
+def stage(work: Path, out: Path, name: str, fn: Any) -> Any:
+    """fn()'s JSON result, computed once: a rerun with the same LEARNING_WORK folder (the next call on a warm
+    machine, after a time limit) takes every finished stage from `stage_<name>.json` and goes on from there."""
+    path = work / f"stage_{name}.json"
+    if path.exists():
+        log(out, f"{name}: done in an earlier run ({path.name})")
+        return json.loads(path.read_text())
+    t = time.perf_counter()
+    result = fn()
+    path.write_text(json.dumps(result))
+    log(out, f"{name}: {time.perf_counter() - t:.0f} s")
+    return result
+
+
+def same_run(work: Path, args: argparse.Namespace) -> None:
+    """Record the arguments in a new work folder; refuse one whose finished stages came from other arguments."""
+    path, now = work / "args.json", json.loads(json.dumps(vars(args)))
+    if path.exists() and json.loads(path.read_text()) != now:
+        raise SystemExit(f"{work} holds the stages of a run with other arguments ({path}): set LEARNING_WORK to a new "
+                         "folder, or rerun with the arguments recorded there to resume it")
+    path.write_text(json.dumps(now, indent=1))
+
+
+def load_problems(args: argparse.Namespace, work: Path, out: Path) -> list[Any]:
+    """The op-chain problems, generated once per work folder (problems.jsonl)."""
+    from data_prep import builtin_problems
+    from data_prep.synthesis import synthesize_with_report
+    from davinci.jsonl import read_jsonl, write_jsonl
+    from davinci.types import Problem
+
+    path = work / "problems.jsonl"
+    if path.exists():
+        return [Problem.from_dict(d) for d in read_jsonl(path)]
+    t = time.perf_counter()
+    problems = list(synthesize_with_report(builtin_problems(), args.synthetic, args.seed, verify_solutions=False,
+                                           pool=chain_pool(args)).problems)
+    write_jsonl(path, [p.to_dict() for p in problems])
+    log(out, f"generated {len(problems)} problems in {time.perf_counter() - t:.0f} s")
+    return problems
 
 
 def git_commit() -> str:
@@ -210,44 +297,46 @@ def plot(path: Path, summary: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from data_prep import builtin_problems
-    from data_prep.synthesis import synthesize_with_report
     from davinci.agents.evaluation import paired_bootstrap_ci
     from davinci.jsonl import write_jsonl
 
     args = parse_args(argv)
     out = Path(os.environ.get("OUT", "benchmarks/results/h100/learning"))
     out.mkdir(parents=True, exist_ok=True)
-    # checkpoints and episodes outside $OUT ($LEARNING_WORK, else a temporary folder): run_suite.sh packs every
-    # job's $OUT into one archive that must stay under 16 MiB to come back, and the checkpoints are far larger
+    # checkpoints, episodes and finished stages outside $OUT ($LEARNING_WORK, else a temporary folder): run_suite.sh
+    # packs every job's $OUT into one archive that must stay under 16 MiB to come back, and checkpoints are larger
     work = Path(os.environ.get("LEARNING_WORK") or tempfile.mkdtemp(prefix="learning_demo_"))
+    work.mkdir(parents=True, exist_ok=True)
+    same_run(work, args)
     profile = build_profile(args)
     register_flipped()
-    problems = list(synthesize_with_report(builtin_problems(), args.synthetic, args.seed, verify_solutions=False,
-                                           pool=chain_pool(args)).problems)
-    train, held = split(problems, args.heldout_every, args.heldout_max, args.split)
+    log(out, f"work folder (checkpoints, episodes, finished stages): {work}")
+    train, held = split(load_problems(args, work, out), args.heldout_every, args.heldout_max, args.split)
+    train, calib = split(train, args.heldout_every, args.calib_n, args.split, salt="calibration") if args.calib_n else (train, [])
     probe = train[: args.probe]
-    log(out, f"work folder (checkpoints, episodes): {work}")
-    log(out, f"{len(problems)} problems: {len(train)} train, {len(held)} held out (split by {args.split}), probe {len(probe)}")
-    sft_ckpt = sft(profile, train, work / "sft", out, None, args.sft_steps)
-    before = heldout_correct(profile, sft_ckpt, held, work / "eval_before")
+    log(out, f"{len(train)} train, {len(calib)} calibration, {len(held)} held out (split by {args.split}), probe {len(probe)}")
+    stop = calibration_stop(profile, calib, work / "calibration", out, args.calib_check, args.calib_target) if calib else None
+    sft_ckpt, sft_steps = stage(work, out, "sft", lambda: _str0(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
+    sft_ckpt = Path(sft_ckpt)
+    before = stage(work, out, "eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
-    rl_ckpt, steps = rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)
+    rl_ckpt, steps = stage(work, out, "rl", lambda: _str0(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
     flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
-    flip_ckpt, _ = rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)
-    cont_ckpt = sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))
-    after = heldout_correct(profile, rl_ckpt, held, work / "eval_rl")
+    flip_ckpt, _ = stage(work, out, "flipped", lambda: _str0(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
+    cont_ckpt, _ = stage(work, out, "sft_control", lambda: _str0(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))))
+    after = stage(work, out, "eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl"))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
-    after_sft = heldout_correct(profile, cont_ckpt, held, work / "eval_sft")
+    after_sft = stage(work, out, "eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft"))
     log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
-    after_flip = heldout_correct(profile, flip_ckpt, held, work / "eval_flipped")
+    after_flip = stage(work, out, "eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
     log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
     diff, lo, hi = paired_bootstrap_ci(before, after, seed=args.seed)
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     summary = {
         "heldout_n": len(held), "before": mean(before), "after": mean(after), "after_minus_before": diff,
         "ci95_low": lo, "ci95_high": hi, "control_sft_after": mean(after_sft), "control_flipped_after": mean(after_flip),
-        "rl_optimizer_steps": steps, "train_n": len(train), "probe_n": len(probe), "epochs": args.epochs,
+        "rl_optimizer_steps": steps, "sft_steps": sft_steps, "train_n": len(train), "calibration_n": len(calib),
+        "probe_n": len(probe), "epochs": args.epochs,
         "device": device_name(args.device), "commit": git_commit(), "wall_s": time.perf_counter() - T0, "args": vars(args),
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -20,7 +20,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -151,8 +151,13 @@ def train_sft(
     logger: MetricLogger,
     *,
     progress: bool = True,
+    stop: Callable[[int], bool] | None = None,
 ) -> SFTStats:
-    """Fine-tune `backbone` in place on `examples` (loss on assistant tokens only); returns the statistics."""
+    """Fine-tune `backbone` in place on `examples` (loss on assistant tokens only); returns the statistics.
+
+    `stop(steps_done)`, asked after every optimizer step, ends training there when it returns True (the
+    learning demonstration stops once a calibration split is partly solved); it may put the model in eval
+    mode to generate, and training switches it back."""
     start = time.perf_counter()
     tokenized = [tokenize_example(backbone, ex, cfg.max_len) for ex in examples]
     kept = [x for x in tokenized if any(x.mask)]
@@ -166,11 +171,12 @@ def train_sft(
     backbone.model.train()
     losses: list[float] = []
     counts = [0, 0]  # tokens processed, assistant tokens trained on
+    stopped = False
     with tqdm(total=total, desc="sft", disable=not progress) as bar:
         for epoch in range(cfg.epochs):
             members = epoch_members(agents, cfg, epoch)
             for batch in make_batches([len(kept[i].ids) for i in members], cfg.batch_size, cfg.seed + epoch):
-                if len(losses) >= total:
+                if len(losses) >= total or stopped:
                     break
                 items = [kept[members[j]] for j in batch]
                 loss, grad_norm = _step(backbone, opt, params, items, lr_at(len(losses), total, cfg), cfg, counts)
@@ -181,6 +187,9 @@ def train_sft(
                 )
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.3f}")
+                if stop is not None:
+                    stopped = stop(len(losses))
+                    backbone.model.train()
     backbone.model.eval()
     return SFTStats(
         steps=len(losses),

@@ -128,3 +128,16 @@ def test_bf16_sft_keeps_small_updates_through_float32_masters(tiny_backbone, cor
     # 16 steps of ~1e-5 accumulate in the masters and cross bf16's rounding step for many weights; plain AdamW
     # on the bf16 weights moves only the weights nearest zero
     assert changed / total > 0.4  # measured: 0.72 with masters, 0.16 with plain AdamW
+
+
+def test_stop_ends_training_after_the_step_it_returns_true(tiny_backbone, corpus):
+    seen: list[int] = []
+
+    def stop(steps: int) -> bool:
+        seen.append(steps)
+        tiny_backbone.model.eval()  # a calibration check generates in eval mode; training must switch back
+        return steps == 5
+
+    stats = train_sft(tiny_backbone, _examples(corpus), SFTConfig(epochs=6, batch_size=2), MemoryLogger(), progress=False, stop=stop)
+    assert seen == [1, 2, 3, 4, 5] and stats.steps == 5 == len(stats.losses)
+    assert not tiny_backbone.model.training

@@ -33,3 +33,24 @@ def test_demo_smoke_writes_the_summary(tmp_path, monkeypatch):
     assert on_disk["ci95_low"] <= on_disk["after"] - on_disk["before"] <= on_disk["ci95_high"]
     rows = read_jsonl(tmp_path / "per_problem.jsonl")
     assert len(rows) == on_disk["heldout_n"] and (tmp_path / "learning.png").exists()
+
+
+@pytest.mark.slow
+def test_demo_resumes_from_its_finished_stages(tmp_path, monkeypatch):
+    """Calibrated SFT (a 4-problem calibration split, checked every 200 steps) stops before the 800-step cap; a
+    rerun on the same work folder takes every stage from disk and writes the same summary; other arguments on
+    that folder are refused."""
+    spec = importlib.util.spec_from_file_location("learning_demo_resume", SCRIPT)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)  # type: ignore[union-attr]
+    monkeypatch.setenv("LEARNING_WORK", str(tmp_path / "work"))
+    argv = ["--smoke-cpu", "--calib-n", "4", "--calib-check", "200", "--calib-target", "0.25"]
+    monkeypatch.setenv("OUT", str(tmp_path / "a"))
+    first = demo.main(argv)
+    assert first["calibration_n"] == 4 and 0 < first["sft_steps"] < 800
+    monkeypatch.setenv("OUT", str(tmp_path / "b"))
+    second = demo.main(argv)
+    assert {k: v for k, v in second.items() if k != "wall_s"} == {k: v for k, v in first.items() if k != "wall_s"}
+    assert "done in an earlier run" in (tmp_path / "b" / "learning_log.txt").read_text()
+    with pytest.raises(SystemExit, match="other arguments"):
+        demo.main([*argv, "--seed", "1"])
