@@ -68,11 +68,14 @@ def run(args: argparse.Namespace) -> dict:
                        "cand_ms": r.runtime.median_ms if r.runtime else None,
                        "eager_ms": r.baselines["eager"].median_ms if "eager" in r.baselines else None,
                        "trials": r.runtime.trials if r.runtime else 0, "error": r.error[-1500:],  # a traceback's end says what failed
-                       "sources": r.details.get("timing_sources", {})}
+                       "sources": r.details.get("timing_sources", {}), "phase_s": r.details.get("phase_s", {}),
+                       "flags": list(r.flags), "timing_rounds": r.details.get("timing_rounds")}
                 records.append(rec)
                 log(f"round {rnd} {p.name}: {r.wall_s:.2f} s, correct={r.correct}, speedup={r.speedup}, "
                     f"by event clock={event_ratio(rec)}, sources={rec['sources']}"
-                    + ("" if r.correct else f"\n    {r.error_kind}: {r.error[-800:]}"))
+                    + ("" if r.correct else f"\n    {r.error_kind}: {r.error[-800:]}")
+                    + (f"\n    correct but not timed: flags {list(r.flags)}, timing_rounds {rec['timing_rounds']}, "
+                       f"incomplete {r.details.get('timing_incomplete')!r}" if r.correct and r.speedup is None else ""))
         total = clock()
     return {"startup_s": startup, "total_s": total, "records": records, "device": ev.lanes[0].info.get("device") if ev.lanes else args.device}
 
@@ -111,7 +114,20 @@ def summarize(res: dict) -> str:
     ]
     out.append("")
     out.append(table(summary, ["metric", "kernelgym", "KernelBench anchor", "note"]))
+    out.append(phase_table(recs))
     return "\n".join(out)
+
+
+def phase_table(recs: list[dict]) -> str:
+    """Where each problem's wall goes: median seconds per evaluation of each phase (`details.phase_s`)."""
+    names = sorted({k for r in recs for k in (r.get("phase_s") or {})})
+    if not names:
+        return ""
+    rows = []
+    for problem in dict.fromkeys(r["problem"] for r in recs):
+        mine = [r for r in recs if r["problem"] == problem]
+        rows.append([problem[:40]] + [f"{statistics.median([(r.get('phase_s') or {}).get(n, 0.0) for r in mine]):.2f}" for n in names])
+    return "\nseconds by phase (median per evaluation, details.phase_s)\n" + table(rows, ["problem", *names])
 
 
 def main() -> int:
