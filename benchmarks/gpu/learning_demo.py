@@ -196,8 +196,11 @@ def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, ep
             checkpoint_dir=str(ckpt), output_dir=str(work / f"epoch_{e:03d}"), skill_store_root=str(work / "skills"),
             library_version=version, problems=tuple(probe), profile=profile, epoch=e, device=profile.gym.device))  # fmt: skip
         ckpt, steps = Path(res.checkpoint_dir), steps + res.timing.steps
+        tm = res.timing  # the epoch's wall split (issue 17: generation / evaluation / update / overlap)
         log(out, f"{work.name} epoch {e}: correct {res.metrics['correct_rate']:.3f}, reward {res.metrics['reward_turn_mean']:.3f}, "
-                 f"kl {res.metrics.get('kl', 0):.4f}, {res.timing.steps} steps")  # fmt: skip
+                 f"kl {res.metrics.get('kl', 0):.4f}, {tm.steps} steps; seconds: generation {tm.generation_s:.1f}, "
+                 f"evaluation {tm.evaluation_s:.1f} ({tm.evaluations} evaluations), overlap {tm.overlap_s:.1f}, "
+                 f"scoring {tm.scoring_s:.1f}, update {tm.update_s:.1f}, total {tm.total_s:.1f}")  # fmt: skip
     return ckpt, steps
 
 
