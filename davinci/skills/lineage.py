@@ -10,7 +10,9 @@ How it works (`derive_lineage(expert, simplifications, evaluate, gym)`):
    what the backbone would propose where no rule is clear: drop a fusion, a naive reduction; the replay file
    stands in for the model, every evaluation is real). A step is kept only when the simpler kernel is
    correct and unflagged.
-3. Each kept step A -> B (expert side A, simpler B) becomes a candidate `Skill` for B -> A: intent (why the
+3. Each kept step A -> B (expert side A, simpler B) whose reverse step is faster beyond the noise on a GPU (its
+   speedup CI above 1; on the CPU every kept step, the interpreter's timing saying nothing about speed)
+   becomes a candidate `Skill` for B -> A: intent (why the
    expert form is faster), where it applies (the problem's operators and the rule's pattern), preconditions
    (dtypes, the sizes measured, layout, the device), guidance with the diff, the example (problem, expert
    kernel; CPU sizes carried over), the measured effect of the reverse step (`ratio_ci`: speedup
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -160,9 +162,25 @@ def derive_lineage(expert: Expert, simplifications: Sequence[Simplification], ev
         t = _evaluate(expert, simpler, evaluate, gym, seed)
         steps.append(Step(simp.name, simp.description, expert.code, simpler, t.correct,
                           "kept: still correct" if t.correct else f"dropped: {t.error}", top, t))
+    steps = [_no_gain(s) if s.kept and on_gpu(gym) and not _gains(s) else s for s in steps]
     # each step with its own simplification (two replayed ones may share a name)
-    cands = tuple(lineage_skill(expert, step, simp) for step, simp in zip(steps, simplifications) if step.kept)
+    cands = tuple(lineage_skill(expert, step, simp) for step, simp in zip(steps, simplifications)
+                  if step.kept and (_gains(step) or not on_gpu(gym)))
     return LineageResult(expert, top, tuple(steps), cands)
+
+
+def _gains(step: Step) -> bool:
+    """Whether the reverse step (simpler -> expert) is faster beyond the noise: its speedup CI lies above 1. On a
+    GPU a step that does not is kept (the simpler kernel is correct) but teaches no optimisation, so it is no
+    skill; on the CPU the interpreter's timing says nothing about speed and every kept step is a candidate."""
+    ratio = ratio_ci(step.slow, step.fast) if step.slow and step.fast else None
+    return ratio is not None and ratio[1] > 1.0
+
+
+def _no_gain(step: Step) -> Step:
+    ratio = ratio_ci(step.slow, step.fast) if step.slow and step.fast else None
+    measured = f"{ratio[0]:.3g}x, CI [{ratio[1]:.3g}, {ratio[2]:.3g}]" if ratio else "not timed"
+    return replace(step, reason=f"kept: still correct; the reverse step has no gain beyond noise ({measured}): no skill")
 
 
 def _diff(simple: str, fast: str, limit: int = 6000) -> str:

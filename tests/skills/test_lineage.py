@@ -92,3 +92,16 @@ def test_seed_kernel_lineage_through_admission_on_cpu(gym) -> None:
     (decision,) = admit([cand], (), [], gym.config, cfg)
     assert decision.outcome == "admitted", decision.reasons
     assert decision.skill.provenance.kind == "lineage" and decision.skill.evidence[-1].decision == "admitted"
+
+
+@pytest.mark.parametrize("device,skills", [("cuda", 0), ("cpu", 1)])
+def test_a_reverse_step_without_a_measured_gain_is_no_skill_on_a_gpu(device: str, skills: int) -> None:
+    # shrunk tiles: correct and exactly as fast as the expert (CI [0.90, 1.11] holds 1). On a GPU that step taught
+    # nothing (found on an H200: a 0.95x [0.77, 1.10] step was admitted as an optimisation skill); on the CPU the
+    # interpreter's timing says nothing about speed, so the step still yields a candidate for the CPU gate.
+    simps = [SIMPLIFICATIONS.get("shrink_tiles")]
+    result = derive_lineage(Expert(PROBLEM, EXPERT, "builtin"), simps, lambda *a, **k: _result(1.0), SimpleNamespace(device=device))
+    (step,) = result.steps
+    assert step.kept and len(result.candidates) == skills
+    if device == "cuda":
+        assert "no gain beyond noise" in step.reason
