@@ -60,6 +60,7 @@ def _derive(ids, gym):
         try:
             result = derive_lineage(resolve_expert(sid, ""), simps, evaluate, gym)
         except Exception as exc:  # noqa: BLE001 - one bad expert must not end the run; it is reported
+            log(f"{sid}: {type(exc).__name__}: {str(exc)[-1500:]}")  # the whole reason; the table keeps its start
             step_rows.append([sid, "-", False, f"{type(exc).__name__}: {exc}"[:90]])
             continue
         results.append(result)
