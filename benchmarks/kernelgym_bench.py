@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> dict:
                        "eager_ms": r.baselines["eager"].median_ms if "eager" in r.baselines else None,
                        "trials": r.runtime.trials if r.runtime else 0, "error": r.error[-1500:],  # a traceback's end says what failed
                        "sources": r.details.get("timing_sources", {}), "phase_s": r.details.get("phase_s", {}),
+                       "round_trips": r.details.get("round_trips", {}),
                        "flags": list(r.flags), "timing_rounds": r.details.get("timing_rounds")}
                 records.append(rec)
                 log(f"round {rnd} {p.name}: {r.wall_s:.2f} s, correct={r.correct}, speedup={r.speedup}, "

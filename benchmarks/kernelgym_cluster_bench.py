@@ -95,6 +95,15 @@ def run_mode(items: list[tuple[Any, Any]], config: Any, cold_items: list[tuple[A
         print("  seconds by phase (sum over the batch, share of evaluation wall): " + ", ".join(
             f"{k} {sum(v):.1f} ({100 * sum(v) / total:.0f}%)" for k, v in sorted(phases.items(), key=lambda kv: -sum(kv[1]))),
             flush=True)
+    trips: dict[str, list[float]] = {}
+    for r in results:  # inside the phases: the round trips to the candidate, the twin and the reference worker
+        for name, (n, sec) in (r.details.get("round_trips") or {}).items():
+            acc = trips.setdefault(name, [0, 0.0])
+            acc[0], acc[1] = acc[0] + n, acc[1] + sec
+    if trips:
+        top = sorted(trips.items(), key=lambda kv: -kv[1][1])[:12]
+        print("  round trips (requests, seconds summed over the batch, ms each): " + ", ".join(
+            f"{k} {int(n)} {sec:.1f}s {1000 * sec / max(1, n):.0f}ms" for k, (n, sec) in top), flush=True)
     for (problem, _), r in zip(items, results):
         if not r.correct or r.flags:  # reference solutions: every one should pass; say which did not and why
             print(f"  not passed: {problem.name}: {r.error_kind} {list(r.flags)} {(r.error or '')[-300:]!r}", flush=True)

@@ -113,6 +113,9 @@ class Job:
     log_fd: int | None = None                          # our descriptor on the log file we created (log_tail)
     twin_dir: Path | None = None                       # the twin's folder, under the lane's supervisor-only root
     phase_s: dict[str, float] = field(default_factory=dict)  # wall seconds by phase (details.phase_s: where they go)
+    # "cand:<op>", "twin:<op>", "ref:<op>" -> [requests, wall seconds]: inside the phases, which round trips the
+    # seconds go to (details.round_trips)
+    round_trips: dict[str, list[float]] = field(default_factory=dict)
 
     def fail(self, kind: str, message: str) -> None:
         if self.error_kind is None:
@@ -125,9 +128,11 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
         child: ChildHandle | None = None) -> tuple[dict[str, Any], list]:
     deadline = deadline or job.run_deadline
     child = child or job.child
+    t0 = time.monotonic()
     try:
         child.chan.send(header, blobs, deadline)
         reply, out = child.chan.recv(deadline, max_blob_bytes=reply_limit(job, header))
+        count_trip(job, f"{'twin' if child is job.twin else 'cand'}:{header.get('op')}", t0)
     except ChannelTimeout:
         raise CandidateFailure("timeout", f"no answer to {header['op']!r} before the deadline") from None
     except ChannelClosed as exc:
@@ -162,7 +167,9 @@ def reply_limit(job: Job, header: dict[str, Any]) -> int:
 
 def ref(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any], list]:
     timeout = max(job.cfg.run_timeout_s, 600.0)
+    t0 = time.monotonic()
     reply, out = job.lane.ref_call({**header, "key": job.key}, blobs, timeout=timeout)
+    count_trip(job, f"ref:{header.get('op')}", t0)
     if reply.get("not_loaded") and header.get("op") != "problem":
         load_problem(job, force=True)  # evicted from the worker's LRU, or the worker was restarted
         reply, out = job.lane.ref_call({**header, "key": job.key}, blobs, timeout=timeout)
@@ -216,6 +223,12 @@ def acquire_build_lock(job: Job) -> None:
     # of identical candidates (GRPO groups) behind it. Timing out here is never the candidate's fault.
     job.build_lock = lock_build_folder(job.lane.build_root, job.candidate.code_hash,
                                        job.cfg.compile_timeout_s + job.cfg.run_timeout_s + BUILD_LOCK_SLACK_S)
+
+
+def count_trip(job: Job, name: str, t0: float) -> None:
+    """One request/reply round trip since `t0` into `job.round_trips[name]`."""
+    n, sec = job.round_trips.get(name, (0, 0.0))
+    job.round_trips[name] = [n + 1, sec + time.monotonic() - t0]
 
 
 @contextmanager

@@ -53,6 +53,10 @@ def test_the_seconds_of_an_evaluation_are_split_by_phase(plain, problem):
     assert {"setup", "build", "correctness", "evidence", "timing", "cleanup"} <= set(phases)
     assert all(v >= 0 for v in phases.values()) and phases["timing"] > 0
     assert sum(phases.values()) <= r.wall_s + 1e-3  # disjoint pieces of one wall clock
+    # inside the phases, the round trips: the candidate's timed requests, the twin's, the reference worker's checks
+    trips = r.details["round_trips"]
+    assert trips["cand:time"][0] >= 1 and trips["twin:time"][0] >= 1 and trips["ref:check"][0] >= 1
+    assert sum(sec for _, sec in trips.values()) <= r.wall_s + 1e-3
 
 
 def test_reference_worker_timing_is_still_available(tmp_path, make_config, problem):
