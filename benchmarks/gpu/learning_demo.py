@@ -77,9 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--calib-n", type=int, default=None,
                     help="calibration problems: families (signatures) held out of training like the held-out split, never "
                          "the held-out ones; SFT stops once it solves --calib-target of them (0: no calibration; "
-                         "default 48, 0 with --smoke-cpu)")
+                         "default 32, 0 with --smoke-cpu)")
     ap.add_argument("--calib-target", type=float, default=0.25)
-    ap.add_argument("--calib-check", type=int, default=250, help="SFT steps between calibration checks")
+    ap.add_argument("--calib-check", type=int, default=500, help="SFT steps between calibration checks (~20 s each on a GPU)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ops", default="", help="comma-separated op names of the chains (default: every op)")
@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.hidden, args.layers, args.sft_steps, args.device = 128, 2, 800, "cpu"
         args.set = ["agents.max_new_tokens=96", "gym.workers=1", *args.set]
         args.calib_n = args.calib_n or 0  # the smoke pool is small to spare a calibration split (tests/rl/test_learning_demo.py)
-    args.calib_n = 48 if args.calib_n is None else args.calib_n
+    args.calib_n = 32 if args.calib_n is None else args.calib_n
     return args
 
 
