@@ -37,7 +37,7 @@ glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouche
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -149,8 +149,9 @@ class PoisonMode(TorchDispatchMode):
     the candidate's own kernels ran is its kernel wrapped as an op (`torch.library.custom_op`, `triton_op`),
     its work, and is not poisoned; a custom op that launched none computed through PyTorch and is."""
 
-    def __init__(self, launches: Any = None) -> None:
+    def __init__(self, launches: Any = None, track_copies: bool = False) -> None:
         super().__init__()
+        self.track_copies = track_copies  # only where the store record reads them (CPU): copies are kept alive
         self.ops: dict[str, int] = {}
         self.poisoned: list[tuple[str, int]] = []
         self.wrapped: list[str] = []  # custom ops that ran the candidate's kernels
@@ -159,6 +160,9 @@ class PoisonMode(TorchDispatchMode):
         self.mark = False  # under `accounted`: each op runs inside a HIDDEN_MARK range the profiler records
         # (start, bytes, element size) of the inputs' storages and of every copy glue made of them (`derive`)
         self.derived: list[tuple[int, int, int]] = []
+        # (copy, source) of every bit-exact glue copy (clone, copy_, same-dtype _to_copy): an output that is a
+        # copy of the kernels' stores is theirs (`StoreRecorder.kernel_share`), e.g. `buf[:, :n].contiguous()`
+        self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def track_inputs(self, values: Any) -> int:
         """Mark the forward's inputs (their storages); returns their element count (tensor inputs)."""
@@ -175,6 +179,13 @@ class PoisonMode(TorchDispatchMode):
         if any(_overlaps(_extent(t), self.derived) for t in ins):
             self.derived += [_extent(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
 
+    def _note_copy(self, name: str, args: Any, out: Any) -> None:
+        src = args[1] if name in ("copy", "copy_") and len(args) > 1 else (args[0] if args else None)
+        dst = args[0] if name in ("copy", "copy_") and args else out
+        if name in ("clone", "copy", "copy_", "_to_copy") and isinstance(src, torch.Tensor) and \
+                isinstance(dst, torch.Tensor) and src.shape == dst.shape and src.dtype == dst.dtype:
+            self.copies.append((dst, src))
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         before = self.launches()
         if self.mark:
@@ -190,6 +201,8 @@ class PoisonMode(TorchDispatchMode):
         if not is_compute(func):
             if self.derived and _base_name(func) not in FRESH:
                 self._derive(args, kwargs, out)
+            if self.track_copies:
+                self._note_copy(_base_name(func), args, out)
             return out
         self.work += op_work(func, args, kwargs, out)
 
@@ -262,8 +275,43 @@ class StoreRecorder:
 
         InterpreterBuilder.create_masked_store = create_masked_store
         InterpreterBuilder.create_masked_load = create_masked_load  # every load path of the interpreter ends here
+        self._install_atomics(InterpreterBuilder, load)
         self.installed = True
         return True
+
+    def _install_atomics(self, builder_cls: Any, load: Any) -> None:
+        """Atomic read-modify-writes (`tl.atomic_add`, `atomic_max`, `atomic_cas`, ...) are kernel stores too:
+        each is recorded as a load and a store of its addresses, with the value memory holds right after it (read
+        back through the interpreter's own load), since the stored value depends on what was there. Split-K
+        reductions into a zeroed output are written this way."""
+        rmw, cas, rec = builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas, self
+
+        def record(builder: Any, ptrs: Any, mask: Any) -> None:
+            import numpy as np
+            import triton.language as tl
+            from triton.runtime.interpreter import TensorHandle
+
+            if mask is None:  # compare-and-swap: every lane
+                mask = TensorHandle(np.ones(ptrs.data.shape, dtype=bool), tl.int1)
+            keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
+            addrs = ptrs.data[keep].astype(np.int64).ravel()
+            after = load(builder, ptrs, mask, None, None, False)  # the values right after the atomic op
+            rec.loads.append(addrs)
+            rec.stores.append((addrs, np.array(np.broadcast_to(after.data, ptrs.data.shape)[keep]).ravel()))
+
+        def create_atomic_rmw(builder: Any, op: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
+            out = rmw(builder, op, ptr, val, mask, sem, scope)
+            if rec.recording:
+                record(builder, ptr, mask)
+            return out
+
+        def create_atomic_cas(builder: Any, ptr: Any, cmp: Any, val: Any, sem: Any, scope: Any) -> Any:
+            out = cas(builder, ptr, cmp, val, sem, scope)
+            if rec.recording:
+                record(builder, ptr, None)
+            return out
+
+        builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas = create_atomic_rmw, create_atomic_cas
 
     def start(self) -> None:
         self.stores, self.loads, self.recording = [], [], True
@@ -290,14 +338,16 @@ class StoreRecorder:
     def stop(self) -> None:
         self.recording = False
 
-    def kernel_share(self, leaves: list[Any]) -> float | None:
-        """Share of the output tensors' elements (by count) whose final value a kernel stored there."""
+    def kernel_share(self, leaves: list[Any], copies: Sequence[tuple[Any, Any]] = ()) -> float | None:
+        """Share of the output tensors' elements (by count) whose final value a kernel stored there, or stored
+        at the source of a bit-exact glue copy the output is (`copies`: (copy, source) pairs, PoisonMode's)."""
         import numpy as np
 
         total, produced = 0, 0
-        for leaf in leaves:
-            if not isinstance(leaf, torch.Tensor) or leaf.device.type != "cpu" or leaf.numel() == 0:
+        for out_leaf in leaves:
+            if not isinstance(out_leaf, torch.Tensor) or out_leaf.device.type != "cpu" or out_leaf.numel() == 0:
                 continue
+            leaf = _copied_from(out_leaf, copies)
             size = leaf.element_size()
             utype = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size)
             if utype is None:
@@ -316,10 +366,22 @@ class StoreRecorder:
             offsets = np.indices(tuple(leaf.shape)).reshape(leaf.dim(), -1) if leaf.dim() else np.zeros((0, 1), int)
             strides = np.array(leaf.stride(), dtype=np.int64).reshape(-1, 1)
             out_addrs = leaf.data_ptr() + (offsets * strides).sum(axis=0) * size if leaf.dim() else np.array([leaf.data_ptr()])
-            out_vals = leaf.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(utype)
+            out_vals = out_leaf.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(utype)
             idx = np.clip(np.searchsorted(uniq, out_addrs), 0, len(uniq) - 1)
             produced += int(((uniq[idx] == out_addrs) & (last[idx] == out_vals)).sum())
         return produced / total if total else None
+
+
+def _copied_from(leaf: torch.Tensor, copies: Sequence[tuple[Any, Any]]) -> torch.Tensor:
+    """The tensor whose addresses hold `leaf`'s values as the kernels stored them: the source of the last glue
+    copy that wrote exactly `leaf` (same start, shape and strides), followed back through copies of copies."""
+    for _ in range(8):  # a chain of copies; a cycle cannot make it loop
+        src = next((s for d, s in reversed(copies) if d.data_ptr() == leaf.data_ptr() and d.shape == leaf.shape
+                    and d.stride() == leaf.stride() and d.dtype == leaf.dtype), None)
+        if src is None:
+            return leaf
+        leaf = src
+    return leaf
 
 
 # PyTorch's share of the work (the candidate's compute ops against the reference's, `op_work` both): at or above

@@ -193,7 +193,7 @@ class Harness:
     def op_run(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         slot = self.slots[h["slot"]]
         # accounting.py: PyTorch's share of the answer (custom ops judged by the launches inside them)
-        mode = PoisonMode(launches=self.rec.count) if h.get("account") else None
+        mode = PoisonMode(launches=self.rec.count, track_copies=self.stores.installed) if h.get("account") else None
         if h.get("fill") is not None:
             if mode is not None:  # everything the process does with these inputs is accounted, the fill too
                 with mode:
@@ -252,7 +252,7 @@ class Harness:
         sight, and on the CPU the kernels' share of the output's stores and of the input's loads."""
         evidence = {"torch_ops": mode.poisoned[:32], "torch_work": mode.work + hidden.work, **hidden.evidence()}
         if self.stores.installed:
-            evidence["kernel_share"] = self.stores.kernel_share(leaves)
+            evidence["kernel_share"] = self.stores.kernel_share(leaves, mode.copies)
             evidence["input_share"] = self.stores.input_share(mode.derived, elements)
             self.stores.stores, self.stores.loads = [], []
         return evidence
@@ -328,7 +328,7 @@ class Harness:
         """An audit round (audit.py): the same timed request, its fill and calls run with every large PyTorch
         result poisoned (accounting.py) and, on the CPU, the kernels' stores recorded. Its samples are never
         used; its outputs are checked like any round's."""
-        mode = PoisonMode(launches=self.rec.count)
+        mode = PoisonMode(launches=self.rec.count, track_copies=self.stores.installed)
         self.stores.start()
         try:
             with accounted(mode) as hidden:  # and the CPU profiler: PyTorch work out of the mode's sight
@@ -340,7 +340,8 @@ class Harness:
         reply.update(hidden.evidence())
         reply["accounting_ms"] = hidden.overhead_ms  # the profiler's own cost inside this request (audit.py)
         if self.stores.installed and reply.get("ok"):
-            reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
+            reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves],
+                                                             mode.copies)
         self.stores.stores = []
         return reply, out_blobs
 
