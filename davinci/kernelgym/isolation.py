@@ -40,6 +40,7 @@ from typing import Any
 from davinci.kernelgym.seccomp import install_filter
 
 CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x20000000, 0x40000000, 0x10000000
+CLONE_NEWIPC = 0x08000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
@@ -49,7 +50,7 @@ PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
 CAP_SYS_ADMIN = 21
 
 # The layers a GPU profile's `require_isolation` insists on; a CPU-only or unprivileged box may lack some.
-REQUIRED = ("netns", "pidns", "mountns", "readonly_fs", "private_tmp", "hidden_state", "user", "no_caps",
+REQUIRED = ("netns", "pidns", "ipcns", "mountns", "readonly_fs", "private_tmp", "hidden_state", "user", "no_caps",
             "no_new_privs", "seccomp")
 
 
@@ -79,13 +80,15 @@ def has_cap(cap: int) -> bool:
 # --- stage 1 ----------------------------------------------------------------------------------------------
 
 def enter_namespaces(net: bool) -> dict[str, Any]:
-    """Unshare the mount, PID (and network) namespaces; the caller must fork next (the child is PID 1).
+    """Unshare the mount, PID, IPC (and network) namespaces; the caller must fork next (the child is PID 1).
+    The IPC namespace holds the SysV shared memory, semaphores and message queues the candidate makes: they end
+    with it (in the host's, a segment outlived the evaluation and every later one could read it: red team).
 
     Root with CAP_SYS_ADMIN unshares them directly; anyone else tries a new user namespace first (uid 0
     inside maps to the caller outside). Returns the layers that took effect and, under `errors`, why
     others did not."""
     libc = _libc()
-    flags = CLONE_NEWNS | CLONE_NEWPID | (CLONE_NEWNET if net else 0)
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if net else 0)
     applied: dict[str, Any] = {"errors": {}}
     if has_cap(CAP_SYS_ADMIN):
         ok = libc.unshare(flags) == 0
@@ -104,9 +107,9 @@ def enter_namespaces(net: bool) -> dict[str, Any]:
         applied["errors"]["namespaces"] = applied["errors"].get("userns") or f"unshare: {_err()}"
         # no namespaces at all: try the network one alone (root without CAP_SYS_ADMIN cannot either)
         applied["netns"] = bool(net) and libc.unshare(CLONE_NEWNET) == 0
-        applied["pidns"] = applied["mountns"] = False
+        applied["pidns"] = applied["mountns"] = applied["ipcns"] = False
         return applied
-    applied.update(netns=bool(net), pidns=True, mountns=True)
+    applied.update(netns=bool(net), pidns=True, mountns=True, ipcns=True)
     return applied
 
 

@@ -236,8 +236,36 @@ def test_work_in_the_output_hand_off_is_flagged_by_launches(gyms, undo, name):
 
 # --- cross-evaluation properties ----------------------------------------------------------------------------
 
+def sysv_ipc() -> set[str]:
+    """SysV shared memory, message queues and semaphore sets on the host, as (kind, key, id) lines."""
+    out = set()
+    for kind in ("shm", "msg", "sem"):
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        out |= {f"{kind} key={f.split()[0]} id={f.split()[1]}" for f in lines if f.split()}
+    return out
+
+
+def remove_sysv(lines: set[str]) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for line in lines:
+        kind, _, ident = line.split()
+        ident = int(ident.split("=")[1])
+        if kind == "shm":
+            libc.shmctl(ident, 0, None)  # IPC_RMID
+        elif kind == "msg":
+            libc.msgctl(ident, 0, None)
+        else:
+            libc.semctl(ident, 0, 0)
+
+
 def snapshot(ev: Evaluator) -> dict:
-    return {"git": git_status(), "site": {p.name for p in SITE.iterdir()}, "markers": set(marker_paths(watched_roots(ev)))}
+    return {"git": git_status(), "site": {p.name for p in SITE.iterdir()}, "markers": set(marker_paths(watched_roots(ev))),
+            "sysv": sysv_ipc()}
 
 
 def violations(ev: Evaluator, snap: dict, before_tree: dict[int, dict]) -> list[str]:
@@ -253,6 +281,9 @@ def violations(ev: Evaluator, snap: dict, before_tree: dict[int, dict]) -> list[
     new_markers = sorted(str(m) for m in set(marker_paths(watched_roots(ev))) - snap["markers"])
     if new_markers:
         problems.append(f"files written outside the candidate's scratch: {new_markers}")
+    new_ipc = sorted(sysv_ipc() - snap["sysv"])  # other users' objects may come and go: only new ones count
+    if new_ipc:
+        problems.append(f"SysV IPC objects left on the host: {new_ipc}")
     me = psutil.Process().pid
     for pid, now in after_tree.items():
         was = before_tree.get(pid)
@@ -277,6 +308,7 @@ def test_cross_eval_cheat_leaves_nothing_behind(gyms, undo, name):
     p = load_problem(CHEATS[name]["problem"])
     r = ev.evaluate(p, load(CHEATS_DIR, name, p), seed=3)
     problems = violations(ev, snap, undo)
+    remove_sysv(sysv_ipc() - snap["sysv"])  # what got through must not outlive the test either
     record(name, "cross_eval", "strict/property", r, property_violations=problems)
     assert not problems, "\n".join(problems)
 
