@@ -54,6 +54,8 @@ def corpus(cuda: bool) -> list[tuple[str, str, Problem, Candidate]]:
     items = [("cheat", f.stem, *_named(f)) for f in sorted((FIX / "cheats_v2").glob("c2_*.py"))]
     if cuda:
         items += [("cheat", f.stem, *_named(f)) for f in sorted((FIX / "cheats_v2" / "gpu").glob("*.py"))]
+    # known gaps (red team of 2026-11-26, third session; cheats_open/README.md): judged like cheats, counted apart
+    items += [("open", f.stem, *_named(f)) for f in sorted((FIX / "cheats_open").glob("c3_*.py"))]
     items += [("honest", f.stem, *_named(f)) for f in sorted((FIX / "honest_v2").glob("*.py"))]
     items += [("honest", n, *_named(FIX / "candidates" / f"{n}.py")) for n in HONEST_PROBLEMS]
     for p in builtin_problems():
@@ -123,10 +125,13 @@ def main() -> int:
     text = table([[r["preset"], r["kind"], r["name"], "ok" if r["ok"] else "FAIL", r["correct"], ",".join(r["flags"]),
                    r["error_kind"], r["speedup"]] for r in rows],
                  ["preset", "kind", "name", "verdict", "correct", "flags", "error_kind", "speedup"])
-    bad = [r for r in rows if not r["ok"]]
-    summary = (f"\n{len(rows) - len(bad)}/{len(rows)} as required; cheats through: "
+    bad = [r for r in rows if not r["ok"] and r["kind"] != "open"]
+    judged = [r for r in rows if r["kind"] != "open"]
+    opened = [r for r in rows if r["kind"] == "open"]
+    summary = (f"\n{len(judged) - len(bad)}/{len(judged)} as required; cheats through: "
                f"{sum(1 for r in bad if r['kind'] == 'cheat')}, honest flagged or wrong: "
-               f"{sum(1 for r in bad if r['kind'] == 'honest')}")
+               f"{sum(1 for r in bad if r['kind'] == 'honest')}; known open gaps caught here: "
+               f"{sum(1 for r in opened if r['ok'])}/{len(opened)}")
     print(text + summary)
     write_json(f"kernelgym_trust_{args.device}.json", rows)
     (out_dir() / f"kernelgym_trust_{args.device}.txt").write_text(text + summary + "\n")

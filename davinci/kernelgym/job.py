@@ -141,7 +141,38 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
         raise CandidateFailure("crash", f"malformed reply to {header['op']!r}", channel=str(exc)) from None
     if not isinstance(reply, dict):
         raise CandidateFailure("crash", "reply is not an object", channel="non-object reply")
+    bad = malformed_number(reply)
+    if bad:  # the harness only ever sends numbers there: the candidate's process rewrote what it reports
+        raise CandidateFailure("crash", f"malformed reply to {header['op']!r}: {bad} is not a number",
+                               channel=f"non-numeric {bad}")
     return reply, out
+
+
+# Reply fields the supervisor reads as numbers (times, shares, work, counts): by name, at any depth.
+NUMERIC_SUFFIXES = ("_ms", "_s", "_share", "_work", "_bytes", "_storage", "_growth", "_numel")
+NUMERIC_KEYS = frozenset({"threads", "samples", "pid"})
+
+
+def malformed_number(obj: Any, path: str = "", depth: int = 0) -> str | None:
+    """The first field (dotted path) of a reply that should hold a number, a list of numbers or a {name: number}
+    map, and does not (None is allowed: absent); None when every such field is well-formed. A string or an object
+    there made the supervisor's float() fail as an evaluator error ("internal") and lose the verdict to come."""
+    if not isinstance(obj, dict) or depth > 4:
+        return None
+    for key, value in obj.items():
+        name = f"{path}{key}"
+        numeric = isinstance(key, str) and (key.endswith(NUMERIC_SUFFIXES) or key in NUMERIC_KEYS)
+        if isinstance(value, dict):
+            found = malformed_number(value, f"{name}.", depth + 1)
+            if found or (numeric and not all(_number(v) for v in value.values())):
+                return found or name
+        elif numeric and not all(v is None or _number(v) for v in (value if isinstance(value, (list, tuple)) else [value])):
+            return name
+    return None
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 REPLY_SLACK = 16 << 20  # bytes: non-tensor outputs, a reply's own small blobs

@@ -206,6 +206,9 @@ def test_cheat_is_not_correct_or_is_flagged(gyms, undo, name, preset):
     r = ev.evaluate(p, load(CHEATS_DIR, name, p), seed=2)
     leaks = violations(ev, snap, undo) if snap is not None else []
     record(name, meta["cls"], preset, r, property_violations=leaks)
+    # an evaluator error is no verdict: the candidate made the supervisor fail, and whatever was still to be
+    # checked (audit, integrity after timing) was never checked
+    assert r.error_kind != "internal", f"{name} under {preset} broke the evaluator: {r.error[-600:]}"
     caught = not r.correct or bool(r.flags)
     if meta["cls"] == "cross_eval":
         assert caught or not leaks, f"{name} got through under {preset} and its side effects leaked: {leaks}"

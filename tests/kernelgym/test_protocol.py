@@ -150,3 +150,18 @@ def test_tensors_and_values_cross_as_bytes():
 def test_malformed_descriptors_raise(desc):
     with pytest.raises(TransportError):
         decode([desc], [b"\0" * 8], "cpu")
+
+
+def test_a_reply_field_that_should_be_a_number_and_is_not_is_named():
+    """`job.malformed_number`: what the supervisor reads as numbers (times, shares, work, counts) must be numbers;
+    a candidate that rewrote one (a string where `overhead_ms` goes: red team, c2_hp_reply_field_type) is a
+    malformed reply, never an evaluator error."""
+    from davinci.kernelgym.job import malformed_number
+
+    good = {"ok": True, "event_ms": [1.0, 2], "overhead_ms": 0.1, "phases_ms": {"fill": 0.2}, "threads": [1, 2, 3, 4],
+            "evidence": {"kernel_ms": None, "forward_ms": 3.0, "names": ["k"]}, "note": "text"}
+    assert malformed_number(good) is None
+    assert malformed_number({**good, "overhead_ms": "x"}) == "overhead_ms"
+    assert malformed_number({**good, "event_ms": [1.0, "2"]}) == "event_ms"
+    assert malformed_number({**good, "evidence": {"kernel_ms": True}}) == "evidence.kernel_ms"
+    assert malformed_number({**good, "phases_ms": {"fill": "x"}}) == "phases_ms"
