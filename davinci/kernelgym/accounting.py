@@ -158,6 +158,7 @@ class PoisonMode(TorchDispatchMode):
         self.launches = launches or (lambda: 0)
         self.work = 0  # `op_work` of every compute op PyTorch ran for the candidate, poisoned or not
         self.mark = False  # under `accounted`: each op runs inside a HIDDEN_MARK range the profiler records
+        self.marks = 0  # HIDDEN_MARK ranges opened (the profiler's record must hold no more: hidden.HiddenWork)
         # (start, bytes, element size) of the inputs' storages and of every copy glue made of them (`derive`)
         self.derived: list[tuple[int, int, int]] = []
         # (copy, source) of every bit-exact glue copy (clone, copy_, same-dtype _to_copy): an output that is a
@@ -189,6 +190,7 @@ class PoisonMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         before = self.launches()
         if self.mark:
+            self.marks += 1
             with torch._C._profiler._RecordFunctionFast(HIDDEN_MARK):
                 out = func(*args, **(kwargs or {}))
         else:

@@ -44,6 +44,7 @@ class HiddenWork:
         self._tampered = ""       # our start or end mark missing from the events: switched off from inside
         self.overhead_s = 0.0     # the profiler's own start, stop and reading (see `overhead_ms`)
         self.events = 0
+        self.marks_opened: int | None = None  # HIDDEN_MARK ranges the mode opened (None: not known)
         self._ops: list[tuple[str, int]] | None = None
 
     @property
@@ -59,6 +60,7 @@ class HiddenWork:
                     if not {START_MARK, END_MARK} <= {e.name() for e in events}:
                         self._tampered = ("the CPU profiler beside the accounting was switched off or replaced "
                                           "during the forward (its start or end mark is missing)")
+                    self._tampered = self._tampered or forged_marks(events, self.marks_opened)
                 except Exception as exc:  # an event layout this torch does not have: unknown, not a verdict
                     self.error = f"the profiler's events could not be read: {exc!r}"[:300]
                 self.overhead_s += time.perf_counter() - t0
@@ -109,6 +111,7 @@ def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
             yield hidden
     finally:
         mode.mark = False
+        hidden.marks_opened = mode.marks
         if prof is not None:
             t0 = time.perf_counter()
             # A mark at both ends: a profiler switched off from inside the block (torch.autograd._disable_profiler,
@@ -123,6 +126,18 @@ def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
                 hidden.error = f"the CPU profiler did not stop: {exc!r}"[:300]
                 hidden._tampered = "the CPU profiler beside the accounting could not be stopped (stopped from inside?)"
             hidden.overhead_s += time.perf_counter() - t0
+
+
+def forged_marks(events: Any, opened: int | None) -> str:
+    """Why the record's HIDDEN_MARK ranges cannot all be the mode's, or "": it holds more than the mode opened.
+    A range of that name opened from the candidate's code (a dispatch mode of its own above ours, running the
+    op out of our sight inside it) would make PyTorch's work look handled. (Fewer is no evidence: a profiler
+    may drop events.)"""
+    if opened is None:
+        return ""
+    found = sum(1 for e in events if e.name() == HIDDEN_MARK)
+    return (f"the accounting's marks were forged: the profiler recorded {found} where the accounting opened "
+            f"{opened} (a range under its name opened from inside the forward)") if found > opened else ""
 
 
 def _start_profiler(hidden: HiddenWork) -> Any:
