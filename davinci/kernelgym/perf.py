@@ -259,6 +259,9 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     _add_raw(acc, "cand", tr)
     threads = tr.get("threads") or [0, 0, 0, 0]
     ev.timed_native_thread_growth += max(0, int(threads[3]) - int(threads[1]))
+    launches = tr.get("launches") if isinstance(tr.get("launches"), list) else []
+    ev.timed_calls += len(order)
+    ev.timed_launchless += len(order) - sum(1 for n in launches[:len(order)] if isinstance(n, int) and n > 0)
     ev.reused_storage += int(tr.get("reused_storage", 0))
     ev.launched_after.update(str(n) for n in tr.get("launched_after") or [])
     outputs = tr.get("outputs") or []

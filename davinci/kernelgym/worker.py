@@ -282,9 +282,9 @@ class Harness:
         t1 = self._perf()
         with self.timer.harness():
             idle = self.timer.wait_idle(h.get("canary_limit_ms"))
-        call = self.model  # the same call the reference worker times for the baselines
         if not self.warmed:
             self._warm(sets[0], int(h.get("warmup", 2)))
+        call, launches = self._counting(self.model)  # the same call the reference worker times for the baselines
         before = guards.thread_counts()
         after: list[float] = []
         t2 = self._perf()
@@ -296,12 +296,26 @@ class Harness:
         leaves = handed["leaves"]
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
-                "launched_after": handed["late"], "outputs": handed["outputs"],
+                "launched_after": handed["late"], "outputs": handed["outputs"], "launches": launches,
                 "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()],
                 "canary_ms": idle[0], "canary_probes": idle[1],
                 # where the request's time went, by this process's own clock (a diagnostic, never a figure)
                 "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
                               "outputs": (self._perf() - t3) * 1e3}}, handed["blobs"]
+
+    def _counting(self, model: Any) -> tuple[Any, list[int]]:
+        """`model` wrapped to count each timed call's Triton launches (the launch record's running total, read
+        before and after), and the list they land in. The twin runs the same wrapper: both sides pay for it."""
+        launches: list[int] = []
+        rec = self.rec
+
+        def call(*args: Any) -> Any:
+            n0 = rec.total
+            try:
+                return model(*args)
+            finally:
+                launches.append(rec.total - n0)
+        return call, launches
 
     def _hand_over(self, outs: list[Any]) -> dict[str, Any]:
         """Every timed call's output, checked and encoded in this same request (the supervisor's clock covers

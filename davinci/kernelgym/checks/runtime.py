@@ -39,6 +39,8 @@ class Evidence:
     state_changed: dict[str, Any] = field(default_factory=dict)
     python_threads: tuple[int, int] | None = None      # (before the import, after everything)
     timed_native_thread_growth: int = 0
+    timed_calls: int = 0       # scored timed calls of the candidate
+    timed_launchless: int = 0  # ... of which launched none of its Triton kernels
     timed_mismatch: str | None = None
     reused_storage: int = 0
     cand_event_ms: list[float] = field(default_factory=list)
@@ -135,6 +137,11 @@ def low_coverage(ev: Evidence) -> str | None:
 def no_kernel_launched(ev: Evidence) -> str | None:
     """The backend from what ran, not from words in the source: forwards returned, yet no Triton launch was
     recorded and the profiler (where it ran) saw none of the candidate's own kernels."""
+    if ev.launched and ev.timed_launchless:
+        # Triton ran where the evaluator looked (correctness, accounting) but not in every scored call: the
+        # candidate computes another way when it is not watched (red team: c2_hp_watch_*)
+        return (f"{ev.timed_launchless} of {ev.timed_calls} timed calls launched none of the candidate's Triton kernels "
+                "(they ran in the checked calls): a Triton candidate must launch its kernels in every call")
     if not ev.forwards_returned or ev.launched:
         return None
     if ev.profiler_kernels is not None and any(kernel_matches(n, ev.kernel_names) for n, _ in ev.profiler_kernels):
