@@ -182,7 +182,7 @@ class PoisonMode(TorchDispatchMode):
 
     def _note_copy(self, name: str, args: Any, out: Any) -> None:
         src = args[1] if name in ("copy", "copy_") and len(args) > 1 else (args[0] if args else None)
-        dst = args[0] if name in ("copy", "copy_") and args else out
+        dst = args[0] if name == "copy_" and args else out  # functional `copy` returns the copy
         if name in ("clone", "copy", "copy_", "_to_copy") and isinstance(src, torch.Tensor) and \
                 isinstance(dst, torch.Tensor) and src.shape == dst.shape and src.dtype == dst.dtype:
             self.copies.append((dst, src))
@@ -342,48 +342,66 @@ class StoreRecorder:
 
     def kernel_share(self, leaves: list[Any], copies: Sequence[tuple[Any, Any]] = ()) -> float | None:
         """Share of the output tensors' elements (by count) whose final value a kernel stored there, or stored
-        at the source of a bit-exact glue copy the output is (`copies`: (copy, source) pairs, PoisonMode's)."""
+        at the same element of the source of a bit-exact glue copy the output is (`copies`: (copy, source)
+        pairs, PoisonMode's): either counts, so a kernel that updates a copy in place (`x.clone()` then an
+        in-place kernel) and a glue copy of a kernel's buffer (`buf[:, :n].contiguous()`) are both its work."""
         import numpy as np
 
         total, produced = 0, 0
-        for out_leaf in leaves:
-            if not isinstance(out_leaf, torch.Tensor) or out_leaf.device.type != "cpu" or out_leaf.numel() == 0:
+        for leaf in leaves:
+            if not isinstance(leaf, torch.Tensor) or leaf.device.type != "cpu" or leaf.numel() == 0:
                 continue
-            leaf = _copied_from(out_leaf, copies)
             size = leaf.element_size()
             utype = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size)
             if utype is None:
                 continue
-            addrs, vals = [], []
-            for a, v in self.stores:
-                if v.dtype.itemsize == size:
-                    addrs.append(a)
-                    vals.append(v.view(utype))
             total += leaf.numel()
-            if not addrs:
+            last = self._last_stores(size, utype)
+            if last is None:
                 continue
-            a, v = np.concatenate(addrs)[::-1], np.concatenate(vals)[::-1]
-            uniq, first = np.unique(a, return_index=True)  # first in reversed order = the last store
-            last = v[first]
-            offsets = np.indices(tuple(leaf.shape)).reshape(leaf.dim(), -1) if leaf.dim() else np.zeros((0, 1), int)
-            strides = np.array(leaf.stride(), dtype=np.int64).reshape(-1, 1)
-            out_addrs = leaf.data_ptr() + (offsets * strides).sum(axis=0) * size if leaf.dim() else np.array([leaf.data_ptr()])
-            out_vals = out_leaf.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(utype)
-            idx = np.clip(np.searchsorted(uniq, out_addrs), 0, len(uniq) - 1)
-            produced += int(((uniq[idx] == out_addrs) & (last[idx] == out_vals)).sum())
+            out_vals = leaf.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(utype)
+            hit = np.zeros(leaf.numel(), dtype=bool)
+            for view in _copy_chain(leaf, copies):  # the output itself, then what it was copied from
+                hit |= _stored_here(view, out_vals, *last)
+            produced += int(hit.sum())
         return produced / total if total else None
 
+    def _last_stores(self, size: int, utype: Any) -> tuple[Any, Any] | None:
+        """(sorted unique addresses, the last value stored at each) of the recorded stores of this element size."""
+        import numpy as np
 
-def _copied_from(leaf: torch.Tensor, copies: Sequence[tuple[Any, Any]]) -> torch.Tensor:
-    """The tensor whose addresses hold `leaf`'s values as the kernels stored them: the source of the last glue
-    copy that wrote exactly `leaf` (same start, shape and strides), followed back through copies of copies."""
-    for _ in range(8):  # a chain of copies; a cycle cannot make it loop
-        src = next((s for d, s in reversed(copies) if d.data_ptr() == leaf.data_ptr() and d.shape == leaf.shape
-                    and d.stride() == leaf.stride() and d.dtype == leaf.dtype), None)
+        addrs = [a for a, v in self.stores if v.dtype.itemsize == size]
+        vals = [v.view(utype) for a, v in self.stores if v.dtype.itemsize == size]
+        if not addrs:
+            return None
+        a, v = np.concatenate(addrs)[::-1], np.concatenate(vals)[::-1]
+        uniq, first = np.unique(a, return_index=True)  # first in reversed order = the last store
+        return uniq, v[first]
+
+
+def _stored_here(view: torch.Tensor, values: Any, uniq: Any, last: Any) -> Any:
+    """[N] bool: whether the last value a kernel stored at each element's address in `view` is `values`' value."""
+    import numpy as np
+
+    size = view.element_size()
+    offsets = np.indices(tuple(view.shape)).reshape(view.dim(), -1) if view.dim() else np.zeros((0, 1), int)
+    strides = np.array(view.stride(), dtype=np.int64).reshape(-1, 1)
+    addrs = view.data_ptr() + (offsets * strides).sum(axis=0) * size if view.dim() else np.array([view.data_ptr()])
+    idx = np.clip(np.searchsorted(uniq, addrs), 0, len(uniq) - 1)
+    return (uniq[idx] == addrs) & (last[idx] == values)
+
+
+def _copy_chain(leaf: torch.Tensor, copies: Sequence[tuple[Any, Any]]) -> list[torch.Tensor]:
+    """`leaf`, then the source of the last glue copy that wrote exactly it (same start, shape, strides and dtype),
+    and so on back through copies of copies (at most 8: a cycle cannot loop)."""
+    chain = [leaf]
+    for _ in range(8):
+        src = next((s for d, s in reversed(copies) if d.data_ptr() == chain[-1].data_ptr() and d.shape == chain[-1].shape
+                    and d.stride() == chain[-1].stride() and d.dtype == chain[-1].dtype), None)
         if src is None:
-            return leaf
-        leaf = src
-    return leaf
+            break
+        chain.append(src)
+    return chain
 
 
 # PyTorch's share of the work (the candidate's compute ops against the reference's, `op_work` both): at or above

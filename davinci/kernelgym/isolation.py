@@ -5,7 +5,7 @@ and reported by name, so a result says which layers held (`EvalResult.details["s
 Two stages, because a candidate process is forked (and its device initialised) before its job is known:
 
     stage 1, at fork (`enter_namespaces`, single-threaded, before CUDA):
-        new mount, PID and network namespaces (as root directly; otherwise inside a new user namespace
+        new mount, PID, IPC and network namespaces (as root directly; otherwise inside a new user namespace
         where the kernel allows one); the caller then forks once more, so the candidate is PID 1 of its own
         PID namespace: it cannot see, signal, ptrace, renice or prlimit any process outside it, and every
         process it starts dies with it. A fresh /proc shows only that namespace.
@@ -23,7 +23,7 @@ Two stages, because a candidate process is forked (and its device initialised) b
           modules, BPF or clock setting, no inet/packet sockets, and, where the PID namespace did not hold,
           no signals, priorities, limits or affinities aimed at another process.
 
-Layer names: netns, pidns, mountns, proc, readonly_fs, private_tmp, hidden_state, user, no_caps,
+Layer names: netns, pidns, ipcns, mountns, proc, readonly_fs, private_tmp, hidden_state, user, no_caps,
 no_new_privs, landlock, seccomp (plus userns when the namespaces came from an unprivileged user namespace).
 `required_layers()` lists those `GymConfig.require_isolation` insists on.
 """
@@ -90,11 +90,14 @@ def enter_namespaces(net: bool) -> dict[str, Any]:
     libc = _libc()
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (CLONE_NEWNET if net else 0)
     applied: dict[str, Any] = {"errors": {}}
-    if has_cap(CAP_SYS_ADMIN):
-        ok = libc.unshare(flags) == 0
-    else:
+    extra = 0 if has_cap(CAP_SYS_ADMIN) else CLONE_NEWUSER
+    ipc = libc.unshare(flags | extra) == 0
+    # a host that forbids IPC namespaces alone (user.max_ipc_namespaces=0) still gets the others
+    ok = ipc or libc.unshare((flags & ~CLONE_NEWIPC) | extra) == 0
+    if ok and not ipc:
+        applied["errors"]["ipcns"] = f"unshare(CLONE_NEWIPC): {_err()}"
+    if extra:
         uid, gid = os.getuid(), os.getgid()
-        ok = libc.unshare(flags | CLONE_NEWUSER) == 0
         if ok:
             try:
                 Path("/proc/self/setgroups").write_text("deny")
@@ -109,7 +112,7 @@ def enter_namespaces(net: bool) -> dict[str, Any]:
         applied["netns"] = bool(net) and libc.unshare(CLONE_NEWNET) == 0
         applied["pidns"] = applied["mountns"] = applied["ipcns"] = False
         return applied
-    applied.update(netns=bool(net), pidns=True, mountns=True, ipcns=True)
+    applied.update(netns=bool(net), pidns=True, mountns=True, ipcns=ipc)
     return applied
 
 

@@ -25,6 +25,7 @@ in size after every evaluation (`bound_build`, `evict_builds`).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import signal
@@ -161,6 +162,8 @@ def malformed_number(obj: Any, path: str = "", depth: int = 0) -> str | None:
         return None
     for key, value in obj.items():
         name = f"{path}{key}"
+        if value is not None and not _shaped(key, value):
+            return name
         numeric = isinstance(key, str) and (key.endswith(NUMERIC_SUFFIXES) or key in NUMERIC_KEYS)
         if isinstance(value, dict):
             found = malformed_number(value, f"{name}.", depth + 1)
@@ -172,7 +175,25 @@ def malformed_number(obj: Any, path: str = "", depth: int = 0) -> str | None:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite int or float (not a bool) that float() takes: what the supervisor's arithmetic can use."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _shaped(key: Any, value: Any) -> bool:
+    """The reply fields the supervisor indexes into have the shape it indexes: `threads` four counts (before and
+    after), `evidence` an object, `kernels` [name, microseconds] pairs."""
+    if key == "threads":
+        return isinstance(value, list) and len(value) == 4
+    if key == "evidence":
+        return isinstance(value, dict)
+    if key == "kernels":
+        return isinstance(value, list) and all(isinstance(k, list) and len(k) == 2 and _number(k[1]) for k in value)
+    return True
 
 
 REPLY_SLACK = 16 << 20  # bytes: non-tensor outputs, a reply's own small blobs

@@ -177,7 +177,7 @@ class Channel:
     def _parse_header(self, body: bytearray, blob_len: int) -> dict[str, Any]:
         try:
             header = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # (nesting too deep to parse: not ours either)
             raise ProtocolError("frame header is not JSON") from None
         sizes = header.get("blobs") if isinstance(header, dict) else None
         if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes) or sum(sizes) != blob_len:

@@ -200,7 +200,7 @@ def enter_sandbox(channel_fd: int, opts: dict[str, Any], parent_pid: int) -> dic
     """Stage 1 of the candidate's confinement (stage 2, `isolation.confine`, runs when its job arrives).
 
     Own session, parent-death signal, every inherited descriptor closed but its channel, resource limits,
-    then new mount, PID and network namespaces (`isolation.enter_namespaces`) and one more fork: this
+    then new mount, PID, IPC and network namespaces (`isolation.enter_namespaces`) and one more fork: this
     process stays behind as a waiter that exits with its child's status, and the child, PID 1 of the new
     namespace, returns here to become the candidate's process. Returns the layers that took effect."""
     from davinci.kernelgym import isolation

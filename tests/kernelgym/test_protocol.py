@@ -165,3 +165,10 @@ def test_a_reply_field_that_should_be_a_number_and_is_not_is_named():
     assert malformed_number({**good, "event_ms": [1.0, "2"]}) == "event_ms"
     assert malformed_number({**good, "evidence": {"kernel_ms": True}}) == "evidence.kernel_ms"
     assert malformed_number({**good, "phases_ms": {"fill": "x"}}) == "phases_ms"
+    # numbers the supervisor's float() / int() cannot take, and shapes it indexes into (review of the same change)
+    assert malformed_number({**good, "reused_storage": float("inf")}) == "reused_storage"
+    assert malformed_number({**good, "event_ms": [10 ** 400]}) == "event_ms"
+    assert malformed_number({**good, "threads": [1]}) == "threads"
+    assert malformed_number({**good, "evidence": [1, 2]}) == "evidence"
+    assert malformed_number({**good, "kernels": [["k", "x"]]}) == "kernels"
+    assert malformed_number({**good, "kernels": [["k", 1.5]]}) is None

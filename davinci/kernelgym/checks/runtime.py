@@ -140,8 +140,8 @@ def no_kernel_launched(ev: Evidence) -> str | None:
     if ev.launched and ev.timed_launchless:
         # Triton ran where the evaluator looked (correctness, accounting) but not in every scored call: the
         # candidate computes another way when it is not watched (red team: c2_hp_watch_*)
-        return (f"{ev.timed_launchless} of {ev.timed_calls} timed calls launched none of the candidate's Triton kernels "
-                "(they ran in the checked calls): a Triton candidate must launch its kernels in every call")
+        return (f"{ev.timed_launchless} of {ev.timed_calls} timed calls launched no Triton kernel and replayed no CUDA "
+                "graph (Triton ran in the checked calls): a Triton candidate must launch its kernels in every call")
     if not ev.forwards_returned or ev.launched:
         return None
     if ev.profiler_kernels is not None and any(kernel_matches(n, ev.kernel_names) for n, _ in ev.profiler_kernels):
