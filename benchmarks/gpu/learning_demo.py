@@ -223,7 +223,7 @@ def correct_with(profile: Any, backbone: Any, problems: list[Any], work: Path) -
     return [float(problem_record(p, episodes.get(p.id))["correct"]) for p in problems]
 
 
-def _str0(pair: tuple[Path, int]) -> list[Any]:
+def _ckpt_and_steps(pair: tuple[Path, int]) -> list[Any]:
     """(checkpoint, steps) as JSON: the path as a string."""
     return [str(pair[0]), pair[1]]
 
@@ -319,14 +319,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     probe = train[: args.probe]
     log(out, f"{len(train)} train, {len(calib)} calibration, {len(held)} held out (split by {args.split}), probe {len(probe)}")
     stop = calibration_stop(profile, calib, work / "calibration", out, args.calib_check, args.calib_target) if calib else None
-    sft_ckpt, sft_steps = stage(work, out, "sft", lambda: _str0(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
+    sft_ckpt, sft_steps = stage(work, out, "sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
     sft_ckpt = Path(sft_ckpt)
     before = stage(work, out, "eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
-    rl_ckpt, steps = stage(work, out, "rl", lambda: _str0(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
+    rl_ckpt, steps = stage(work, out, "rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
     flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
-    flip_ckpt, _ = stage(work, out, "flipped", lambda: _str0(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
-    cont_ckpt, _ = stage(work, out, "sft_control", lambda: _str0(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))))
+    flip_ckpt, _ = stage(work, out, "flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
+    cont_ckpt, _ = stage(work, out, "sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))))
     after = stage(work, out, "eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl"))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
     after_sft = stage(work, out, "eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft"))

@@ -348,6 +348,7 @@ class StoreRecorder:
         import numpy as np
 
         total, produced = 0, 0
+        by_size: dict[int, tuple[Any, Any] | None] = {}  # the last stores of each element size, built once
         for leaf in leaves:
             if not isinstance(leaf, torch.Tensor) or leaf.device.type != "cpu" or leaf.numel() == 0:
                 continue
@@ -356,7 +357,9 @@ class StoreRecorder:
             if utype is None:
                 continue
             total += leaf.numel()
-            last = self._last_stores(size, utype)
+            if size not in by_size:
+                by_size[size] = self._last_stores(size, utype)
+            last = by_size[size]
             if last is None:
                 continue
             out_vals = leaf.detach().contiguous().reshape(-1).view(torch.uint8).numpy().view(utype)
@@ -370,10 +373,10 @@ class StoreRecorder:
         """(sorted unique addresses, the last value stored at each) of the recorded stores of this element size."""
         import numpy as np
 
-        addrs = [a for a, v in self.stores if v.dtype.itemsize == size]
-        vals = [v.view(utype) for a, v in self.stores if v.dtype.itemsize == size]
-        if not addrs:
+        pairs = [(a, v.view(utype)) for a, v in self.stores if v.dtype.itemsize == size]
+        if not pairs:
             return None
+        addrs, vals = zip(*pairs)
         a, v = np.concatenate(addrs)[::-1], np.concatenate(vals)[::-1]
         uniq, first = np.unique(a, return_index=True)  # first in reversed order = the last store
         return uniq, v[first]

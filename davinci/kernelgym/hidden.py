@@ -57,10 +57,11 @@ class HiddenWork:
                     events = self.profile.profiler.kineto_results.events()
                     self.events = len(events)
                     self._ops = hidden_work(events)
-                    if not {START_MARK, END_MARK} <= {e.name() for e in events}:
+                    names = [e.name() for e in events]
+                    if not {START_MARK, END_MARK} <= set(names):
                         self._tampered = ("the CPU profiler beside the accounting was switched off or replaced "
                                           "during the forward (its start or end mark is missing)")
-                    self._tampered = self._tampered or forged_marks(events, self.marks_opened)
+                    self._tampered = self._tampered or forged_marks(names, self.marks_opened)
                 except Exception as exc:  # an event layout this torch does not have: unknown, not a verdict
                     self.error = f"the profiler's events could not be read: {exc!r}"[:300]
                 self.overhead_s += time.perf_counter() - t0
@@ -128,14 +129,15 @@ def accounted(mode: PoisonMode) -> Iterator[HiddenWork]:
             hidden.overhead_s += time.perf_counter() - t0
 
 
-def forged_marks(events: Any, opened: int | None) -> str:
-    """Why the record's HIDDEN_MARK ranges cannot all be the mode's, or "": it holds more than the mode opened.
+def forged_marks(names: list[str], opened: int | None) -> str:
+    """Why the record's HIDDEN_MARK ranges (among the events' `names`) cannot all be the mode's, or "": it holds
+    more than the mode opened.
     A range of that name opened from the candidate's code (a dispatch mode of its own above ours, running the
     op out of our sight inside it) would make PyTorch's work look handled. (Fewer is no evidence: a profiler
     may drop events.)"""
     if opened is None:
         return ""
-    found = sum(1 for e in events if e.name() == HIDDEN_MARK)
+    found = names.count(HIDDEN_MARK)
     return (f"the accounting's marks were forged: the profiler recorded {found} where the accounting opened "
             f"{opened} (a range under its name opened from inside the forward)") if found > opened else ""
 

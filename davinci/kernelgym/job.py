@@ -25,7 +25,6 @@ in size after every evaluation (`bound_build`, `evict_builds`).
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import shutil
 import signal
@@ -44,7 +43,7 @@ from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import Mode, gpu_gate
 from davinci.kernelgym.lane import ChildHandle, Lane, WorkerDied
-from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
+from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError, malformed_number
 from davinci.types import Candidate, Problem
 
 POISON = (0xFF, 0x7F)  # 0xFF..: NaN in every float type; 0x7F..: large finite values
@@ -147,53 +146,6 @@ def ask(job: Job, header: dict[str, Any], blobs=(), deadline: float | None = Non
         raise CandidateFailure("crash", f"malformed reply to {header['op']!r}: {bad} is not a number",
                                channel=f"non-numeric {bad}")
     return reply, out
-
-
-# Reply fields the supervisor reads as numbers (times, shares, work, counts): by name, at any depth.
-NUMERIC_SUFFIXES = ("_ms", "_s", "_share", "_work", "_bytes", "_storage", "_growth", "_numel")
-NUMERIC_KEYS = frozenset({"threads", "samples", "pid"})
-
-
-def malformed_number(obj: Any, path: str = "", depth: int = 0) -> str | None:
-    """The first field (dotted path) of a reply that should hold a number, a list of numbers or a {name: number}
-    map, and does not (None is allowed: absent); None when every such field is well-formed. A string or an object
-    there made the supervisor's float() fail as an evaluator error ("internal") and lose the verdict to come."""
-    if not isinstance(obj, dict) or depth > 4:
-        return None
-    for key, value in obj.items():
-        name = f"{path}{key}"
-        if value is not None and not _shaped(key, value):
-            return name
-        numeric = isinstance(key, str) and (key.endswith(NUMERIC_SUFFIXES) or key in NUMERIC_KEYS)
-        if isinstance(value, dict):
-            found = malformed_number(value, f"{name}.", depth + 1)
-            if found or (numeric and not all(_number(v) for v in value.values())):
-                return found or name
-        elif numeric and not all(v is None or _number(v) for v in (value if isinstance(value, (list, tuple)) else [value])):
-            return name
-    return None
-
-
-def _number(v: Any) -> bool:
-    """A finite int or float (not a bool) that float() takes: what the supervisor's arithmetic can use."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:  # an int too large for a float
-        return False
-
-
-def _shaped(key: Any, value: Any) -> bool:
-    """The reply fields the supervisor indexes into have the shape it indexes: `threads` four counts (before and
-    after), `evidence` an object, `kernels` [name, microseconds] pairs."""
-    if key == "threads":
-        return isinstance(value, list) and len(value) == 4
-    if key == "evidence":
-        return isinstance(value, dict)
-    if key == "kernels":
-        return isinstance(value, list) and all(isinstance(k, list) and len(k) == 2 and _number(k[1]) for k in value)
-    return True
 
 
 REPLY_SLACK = 16 << 20  # bytes: non-tensor outputs, a reply's own small blobs

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import socket
 import struct
 import time
@@ -190,3 +191,55 @@ class Channel:
 
 def socket_from_fd(fd: int) -> socket.socket:
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+
+
+# --- reply fields --------------------------------------------------------------------------------------------
+# Fields the supervisor reads as numbers (times, shares, work, counts): by name, at any depth of a reply.
+NUMERIC_SUFFIXES = ("_ms", "_s", "_share", "_work", "_bytes", "_storage", "_growth", "_numel")
+NUMERIC_KEYS = frozenset({"threads", "samples", "pid"})
+
+
+def malformed_number(obj: Any, path: str = "", depth: int = 0) -> str | None:
+    """The first field (dotted path) of a reply that should hold a number, a list of numbers or a {name: number}
+    map, or has a shape the supervisor indexes into (`_shaped`), and does not (None is allowed: absent); None
+    when every such field is well-formed. A string or an object there made the supervisor's float() fail as an
+    evaluator error ("internal") and lose the verdict to come."""
+    if not isinstance(obj, dict) or depth > 4:
+        return None
+    for key, value in obj.items():
+        name = f"{path}{key}"
+        if value is not None and not _shaped(key, value):
+            return name
+        if isinstance(value, dict):
+            found = malformed_number(value, f"{name}.", depth + 1)
+            if found:
+                return found
+            items = list(value.values())
+        else:
+            items = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if v is not None]
+        if isinstance(key, str) and (key.endswith(NUMERIC_SUFFIXES) or key in NUMERIC_KEYS) and \
+                not all(_number(v) for v in items):
+            return name
+    return None
+
+
+def _number(v: Any) -> bool:
+    """A finite int or float (not a bool) that float() takes: what the supervisor's arithmetic can use."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _shaped(key: Any, value: Any) -> bool:
+    """The reply fields the supervisor indexes into have the shape it indexes: `threads` four counts (before and
+    after), `evidence` an object, `kernels` [name, microseconds] pairs."""
+    if key == "threads":
+        return isinstance(value, list) and len(value) == 4
+    if key == "evidence":
+        return isinstance(value, dict)
+    if key == "kernels":
+        return isinstance(value, list) and all(isinstance(k, list) and len(k) == 2 and _number(k[1]) for k in value)
+    return True

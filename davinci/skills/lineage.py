@@ -162,23 +162,20 @@ def derive_lineage(expert: Expert, simplifications: Sequence[Simplification], ev
         t = _evaluate(expert, simpler, evaluate, gym, seed)
         steps.append(Step(simp.name, simp.description, expert.code, simpler, t.correct,
                           "kept: still correct" if t.correct else f"dropped: {t.error}", top, t))
-    steps = [_no_gain(s) if s.kept and on_gpu(gym) and not _gains(s) else s for s in steps]
+    # On a GPU a kept step (the simpler kernel is correct) whose reverse step is not faster beyond the noise (its
+    # speedup CI above 1) teaches no optimisation: no skill. On the CPU the interpreter's timing says nothing
+    # about speed, so every kept step is a candidate.
+    gpu = on_gpu(gym)
+    ratios = [ratio_ci(s.slow, s.fast) if s.kept and s.slow and s.fast else None for s in steps]
+    gains = [not gpu or (r is not None and r[1] > 1.0) for r in ratios]
+    steps = [s if g or not s.kept else _no_gain(s, r) for s, g, r in zip(steps, gains, ratios)]
     # each step with its own simplification (two replayed ones may share a name)
-    cands = tuple(lineage_skill(expert, step, simp) for step, simp in zip(steps, simplifications)
-                  if step.kept and (_gains(step) or not on_gpu(gym)))
+    cands = tuple(lineage_skill(expert, step, simp) for step, simp, gain in zip(steps, simplifications, gains)
+                  if step.kept and gain)
     return LineageResult(expert, top, tuple(steps), cands)
 
 
-def _gains(step: Step) -> bool:
-    """Whether the reverse step (simpler -> expert) is faster beyond the noise: its speedup CI lies above 1. On a
-    GPU a step that does not is kept (the simpler kernel is correct) but teaches no optimisation, so it is no
-    skill; on the CPU the interpreter's timing says nothing about speed and every kept step is a candidate."""
-    ratio = ratio_ci(step.slow, step.fast) if step.slow and step.fast else None
-    return ratio is not None and ratio[1] > 1.0
-
-
-def _no_gain(step: Step) -> Step:
-    ratio = ratio_ci(step.slow, step.fast) if step.slow and step.fast else None
+def _no_gain(step: Step, ratio: tuple[float, float, float] | None) -> Step:
     measured = f"{ratio[0]:.3g}x, CI [{ratio[1]:.3g}, {ratio[2]:.3g}]" if ratio else "not timed"
     return replace(step, reason=f"kept: still correct; the reverse step has no gain beyond noise ({measured}): no skill")
 

@@ -153,7 +153,7 @@ def test_malformed_descriptors_raise(desc):
 
 
 def test_a_reply_field_that_should_be_a_number_and_is_not_is_named():
-    """`job.malformed_number`: what the supervisor reads as numbers (times, shares, work, counts) must be numbers;
+    """`protocol.malformed_number`: what the supervisor reads as numbers (times, shares, work, counts) must be numbers;
     a candidate that rewrote one (a string where `overhead_ms` goes: red team, c2_hp_reply_field_type) is a
     malformed reply, never an evaluator error."""
     from davinci.kernelgym.job import malformed_number
