@@ -7,9 +7,11 @@ per run, generated to `--new-tokens` tokens by `HFBackend.generate_ids` exactly 
 (sampling at temperature 1, the log-prob recorder on, batches length-sorted). Every option row is timed
 after one warm-up run on the same prompts; tokens/s counts generated tokens only.
 
-Options: batch size (the profile's 32, 64, 0 = from free memory), KV cache (dynamic, static: lets
-transformers compile the decoding step), attention (sdpa without cuDNN, eager). The first row is the
-profile's setting, the baseline the ratio column is measured against (issue target: 5x 1,143 tokens/s).
+Options: batch size (the profile's 32, 64, 128, 0 = from free memory), decoder (`model.gen_cache`: dynamic and
+static are transformers `generate`, static letting transformers compile the step; graph is `backends.graphgen`,
+the step replayed as a CUDA graph), attention (sdpa without cuDNN). The first row is the code before graphgen
+at the profile's batch, the baseline the ratio column is measured against (issue target: 5x 1,143 tokens/s);
+peak GiB is the row's torch.cuda.max_memory_allocated.
 
     PYTHONPATH=. python benchmarks/gpu/generation_options.py                  # one GPU, ~5-8 min
     PYTHONPATH=. python benchmarks/gpu/generation_options.py --smoke-cpu      # tiny shapes on the CPU
@@ -32,13 +34,16 @@ from benchmarks.gpu.rl_update_memory import MODEL  # noqa: E402
 from davinci.llm.backends.hf import HFBackend  # noqa: E402
 from davinci.llm.types import Sampling  # noqa: E402
 
-# (label, batch size, cache, attention)
-OPTIONS = [("profile: batch 32, dynamic, sdpa", 32, "dynamic", "sdpa"),
-           ("batch 64, dynamic, sdpa", 64, "dynamic", "sdpa"),
-           ("batch auto, dynamic, sdpa", 0, "dynamic", "sdpa"),
-           ("batch 32, static, sdpa", 32, "static", "sdpa"),
-           ("batch auto, static, sdpa", 0, "static", "sdpa"),
-           ("batch 32, dynamic, eager", 32, "dynamic", "eager")]
+# (label, batch size, decoder, attention, prompts: 0 = --prompts); the graph rows with large batches get more
+# prompts so that a batch is full. Measured once and left out since (benchmarks/results/h200x4/session_2026-11-26c/
+# generation_options.txt, H200): batch 64 dynamic 946 tok/s, batch 32 static 433, batch 32 dynamic eager 860.
+OPTIONS = [("profile: batch 32, dynamic, sdpa", 32, "dynamic", "sdpa", 0),
+           ("batch auto, dynamic, sdpa", 0, "dynamic", "sdpa", 0),
+           ("batch auto, static, sdpa", 0, "static", "sdpa", 0),
+           ("batch 32, graph, sdpa", 32, "graph", "sdpa", 0),
+           ("batch 64, graph, sdpa", 64, "graph", "sdpa", 0),
+           ("batch 128, graph, sdpa", 128, "graph", "sdpa", 256),
+           ("batch auto, graph, sdpa", 0, "graph", "sdpa", 256)]
 
 
 def build(device: str, attn: str, smoke: bool) -> torch.nn.Module:
@@ -95,27 +100,30 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}; {n} prompts of {lo}-{hi} tokens, "
           f"{new} new tokens each")
     table, base, models = [], None, {}
-    for label, batch, cache, attn in OPTIONS:
+    for label, batch, cache, attn, count in OPTIONS:
         if attn not in models:
             models = {attn: build(device, attn, args.smoke_cpu)}  # one model on the device at a time
         model = models[attn]
-        prompts = rows(n, lo, hi, int(model.config.vocab_size))
+        prompts = rows(count if count and not args.smoke_cpu else n, lo, hi, int(model.config.vocab_size))
         try:
             run(model, device, prompts[: max(1, batch or n)], batch, cache, min(new, 32))  # warm-up (compiles)
+            if device == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             tps, size = run(model, device, prompts, batch, cache, new)
+            peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0
             base = base or tps
-            table.append((label, size, f"{tps:,.0f}", f"{tps / base:.2f}x"))
+            table.append((label, size, len(prompts), f"{tps:,.0f}", f"{tps / base:.2f}x", f"{peak:.1f}"))
         except torch.cuda.OutOfMemoryError:
-            table.append((label, batch, "OOM", "-"))
+            table.append((label, batch, len(prompts), "OOM", "-", "-"))
         except Exception as exc:  # one option failing (e.g. the static cache's compile) keeps the other rows
-            table.append((label, batch, "error", "-"))
+            table.append((label, batch, len(prompts), "error", "-", "-"))
             print(f"{label}: {type(exc).__name__}: {str(exc)[-600:]}", flush=True)
-        print(f"{table[-1][0]:<36} batch {table[-1][1]:>4}  {table[-1][2]:>9} tok/s  {table[-1][3]}", flush=True)
+        print("  ".join(str(x) for x in table[-1]), flush=True)
         if device == "cuda":
             torch.cuda.empty_cache()
-    print(f"\n{'option':<36} {'batch':>5} {'tok/s':>9} {'vs profile':>10}")
-    for label, size, tps, ratio in table:
-        print(f"{label:<36} {size:>5} {tps:>9} {ratio:>10}")
+    print(f"\n{'option':<36} {'batch':>5} {'prompts':>7} {'tok/s':>9} {'vs profile':>10} {'peak GiB':>8}")
+    for label, size, count, tps, ratio, peak in table:
+        print(f"{label:<36} {size:>5} {count:>7} {tps:>9} {ratio:>10} {peak:>8}")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 T0 = time.perf_counter()
+STAGES = ("sft", "eval_before", "rl", "flipped", "sft_control", "eval_rl", "eval_sft", "eval_flipped")
 
 
 def log(out: Path, msg: str) -> None:
@@ -88,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="hold out whole signature families (crc32 of tags[2]) or single op signatures (and their reverse)")
     ap.add_argument("--smoke-cpu", action="store_true", help="the CPU version: the tiny profile's task family and sizes")
     ap.add_argument("--set", action="append", default=[], help="extra profile override key=value")
+    ap.add_argument("--stages", default="", help="comma-separated stages this process runs (default: all), e.g. on "
+                    "separate GPUs sharing $LEARNING_WORK: 'rl,eval_rl,sft_control,eval_sft' and 'flipped,eval_flipped'; "
+                    f"stages: {', '.join(STAGES)}")
     args = ap.parse_args(argv)
     if args.smoke_cpu:
         from davinci.config import load_profile
@@ -228,13 +232,20 @@ def _ckpt_and_steps(pair: tuple[Path, int]) -> list[Any]:
     return [str(pair[0]), pair[1]]
 
 
-def stage(work: Path, out: Path, name: str, fn: Any) -> Any:
+class NotHere(Exception):
+    """A stage this process was not asked to run has not finished yet (another process runs it)."""
+
+
+def stage(work: Path, out: Path, name: str, fn: Any, mine: bool = True) -> Any:
     """fn()'s JSON result, computed once: a rerun with the same LEARNING_WORK folder (the next call on a warm
-    machine, after a time limit) takes every finished stage from `stage_<name>.json` and goes on from there."""
+    machine, after a time limit) takes every finished stage from `stage_<name>.json` and goes on from there.
+    A stage that is not `mine` (see --stages) and not finished raises NotHere."""
     path = work / f"stage_{name}.json"
     if path.exists():
         log(out, f"{name}: done in an earlier run ({path.name})")
         return json.loads(path.read_text())
+    if not mine:
+        raise NotHere(name)
     t = time.perf_counter()
     result = fn()
     path.write_text(json.dumps(result))
@@ -243,8 +254,9 @@ def stage(work: Path, out: Path, name: str, fn: Any) -> Any:
 
 
 def same_run(work: Path, args: argparse.Namespace) -> None:
-    """Record the arguments in a new work folder; refuse one whose finished stages came from other arguments."""
-    path, now = work / "args.json", json.loads(json.dumps(vars(args)))
+    """Record the arguments in a new work folder; refuse one whose finished stages came from other arguments
+    (`--stages` aside: processes sharing the folder run different stages of the same run)."""
+    path, now = work / "args.json", json.loads(json.dumps({k: v for k, v in vars(args).items() if k != "stages"}))
     if path.exists() and json.loads(path.read_text()) != now:
         raise SystemExit(f"{work} holds the stages of a run with other arguments ({path}): set LEARNING_WORK to a new "
                          "folder, or rerun with the arguments recorded there to resume it")
@@ -299,6 +311,31 @@ def plot(path: Path, summary: dict[str, Any]) -> None:
     fig.savefig(path, dpi=110)
 
 
+def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], ...], work: Path, out: Path,
+               stop: Any, mine: set[str]) -> tuple[Any, ...]:
+    """Every stage in order, each computed here only when it is `mine` (else taken from disk, or NotHere)."""
+    train, _calib, held, probe = splits
+    run = lambda name, fn: stage(work, out, name, fn, name in mine)  # noqa: E731
+    sft_ckpt, sft_steps = run("sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
+    sft_ckpt = Path(sft_ckpt)
+    before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
+    log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
+    flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
+    if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
+        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
+        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
+    rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
+    after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl"))
+    log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
+    cont_ckpt, _ = run("sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))))
+    after_sft = run("eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft"))
+    log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
+    flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
+    after_flip = run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
+    log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
+    return before, after, after_sft, after_flip, sft_steps, steps
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from davinci.agents.evaluation import paired_bootstrap_ci
     from davinci.jsonl import write_jsonl
@@ -319,20 +356,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     probe = train[: args.probe]
     log(out, f"{len(train)} train, {len(calib)} calibration, {len(held)} held out (split by {args.split}), probe {len(probe)}")
     stop = calibration_stop(profile, calib, work / "calibration", out, args.calib_check, args.calib_target) if calib else None
-    sft_ckpt, sft_steps = stage(work, out, "sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
-    sft_ckpt = Path(sft_ckpt)
-    before = stage(work, out, "eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
-    log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
-    rl_ckpt, steps = stage(work, out, "rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
-    flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
-    flip_ckpt, _ = stage(work, out, "flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
-    cont_ckpt, _ = stage(work, out, "sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))))
-    after = stage(work, out, "eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl"))
-    log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
-    after_sft = stage(work, out, "eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft"))
-    log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
-    after_flip = stage(work, out, "eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
-    log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
+    mine = set(args.stages.split(",")) - {""} or set(STAGES)
+    if mine - set(STAGES):
+        raise SystemExit(f"--stages {args.stages}: unknown {sorted(mine - set(STAGES))}; stages: {', '.join(STAGES)}")
+    try:
+        results = run_stages(args, profile, (train, calib, held, probe), work, out, stop, mine)
+    except NotHere as waiting:  # another process runs it; this one has done its part
+        log(out, f"stage {waiting} is not this process's (--stages {args.stages}) and has not finished: stopping here")
+        for f in work.glob("stage_*.json"):  # finished stages come back with $OUT (small: per-problem lists)
+            (out / f.name).write_text(f.read_text())
+        return {}
+    before, after, after_sft, after_flip, sft_steps, steps = results
     diff, lo, hi = paired_bootstrap_ci(before, after, seed=args.seed)
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     summary = {

@@ -7,7 +7,8 @@
 #
 # Jobs (name:seconds): hacks (strict), hacksall, trust, benchnew, benchprod (runtime checks + profiled forward),
 # benchold (the tree in .gpu/old, side by side),
-# memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS), bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
+# memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS; learnmain and learnflip: its
+# RL arm and its flipped control as two processes, e.g. on two GPUs sharing $LEARNING_WORK), llmgpu, bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
 # lineage ($LINEAGE_ARGS), thrnew / throld (issue 14's one-GPU throughput, this tree / .gpu/old; $THR_MODES, $THR_OLD_MODES), ipcrelease, stall ($STALL_ARGS), underload ($UNDERLOAD_ARGS; multi-GPU), cluster (kernelgym_cluster_bench.py on the GPUs; $CLUSTER_ARGS, e.g. --modes local local-dask:8).
 # Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms; only the GPUs
 # in CUDA_VISIBLE_DEVICES where it is set, so two suites can run side by side, one per GPU, each with its own $OUT).
@@ -58,9 +59,12 @@ job_cmd() {
     genopts)    echo "python3 benchmarks/gpu/generation_options.py" ;;
     fsdp)       echo "python3 benchmarks/gpu/fsdp_step.py ${FSDP_ARGS:-}" ;;
     learning)   echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-}" ;;
+    learnmain)  echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-} --stages sft,eval_before,rl,eval_rl,sft_control,eval_sft" ;;
+    learnflip)  echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-} --stages flipped,eval_flipped" ;;
+    llmgpu)     echo "python3 -m pytest -q -m gpu tests/llm/test_gpu.py -p no:cacheprovider" ;;
     underload)  echo "python3 benchmarks/gpu/self_speedup_under_load.py ${UNDERLOAD_ARGS:-}" ;;
     ipcrelease) echo "python3 benchmarks/gpu/ipc_release_check.py" ;;
-    gputests)   echo "python3 -m pytest -q -m gpu tests/kernelgym tests/data_prep tests/skills -p no:cacheprovider" ;;
+    gputests)   echo "python3 -m pytest -q -m gpu tests/llm tests/kernelgym tests/data_prep tests/skills -p no:cacheprovider" ;;
     *) return 1 ;;
   esac
 }

@@ -47,9 +47,11 @@ class ModelConfig:
     # HF backend: prompts per `generate` call; bounds GPU memory of the KV cache. 0 = as many as the free GPU
     # memory holds (`backends.hf.auto_batch_size`; all at once on the CPU).
     gen_batch_size: int = 16
-    # HF backend KV cache: dynamic (grows per step) or static (preallocated to prompt + max_new_tokens, which
-    # lets transformers compile the decoding step on a GPU). benchmarks/gpu/generation_options.py measures both.
-    gen_cache: Literal["dynamic", "static"] = "dynamic"
+    # HF backend decoder: graph (backends.graphgen: static KV cache, the decoding step replayed as a CUDA graph;
+    # Llama/Qwen2/Mistral layouts), dynamic (transformers `generate`, the cache grows per step), static
+    # (`generate` with a preallocated cache, compiled by transformers on a GPU); auto = graph on a GPU where the
+    # layout is supported, else dynamic. benchmarks/gpu/generation_options.py measures each.
+    gen_cache: Literal["auto", "graph", "dynamic", "static"] = "auto"
     # OpenAI-compatible backend: model name sent to the server ("" = the first of GET /v1/models).
     openai_model: str = ""
     # OpenAI-compatible backend: seconds per request, retries (exponential backoff), parallel requests.

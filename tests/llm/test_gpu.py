@@ -45,3 +45,22 @@ def test_sft_and_lora_train_on_the_gpu(cuda_backbone, corpus, tiny_cfg):
     lora = Backbone(wrap_lora(cuda_backbone.model, cfg), cuda_backbone.tokenizer, cfg, cuda_backbone.device)
     stats = train_sft(lora, examples, SFTConfig(epochs=2, batch_size=2), MemoryLogger(), progress=False)
     assert all(torch.isfinite(torch.tensor(stats.losses)))
+
+
+def test_graph_decoder_replays_a_captured_step_on_the_gpu(cuda_backbone):
+    # the default decoder on a GPU is graphgen with the step captured as a CUDA graph: greedy picks the forward's
+    # argmax at every position (teacher-forced check, bf16 slack), and seeded sampling repeats exactly
+    bb = cuda_backbone
+    backend = HFBackend(bb, batch_size=4)
+    assert backend.cache == "graph"
+    prompts = [[{"role": "user", "content": "def f(x):" * k}] for k in (1, 4, 9, 2)]
+    for out in backend.generate(prompts, Sampling(max_new_tokens=40, greedy=True)):
+        ids = torch.tensor([list(out.prompt_ids) + list(out.response_ids)], device="cuda")
+        with torch.no_grad():
+            logp = bb.model(ids).logits.float().log_softmax(-1)[0]
+        p = len(out.prompt_ids)
+        for i, t in enumerate(out.response_ids):
+            assert logp[p - 1 + i, t].item() >= logp[p - 1 + i].max().item() - 0.1
+    sampling = Sampling(max_new_tokens=40, temperature=1.0, seed=7)
+    first, again = backend.generate(prompts, sampling), backend.generate(prompts, sampling)
+    assert [o.response_ids for o in first] == [o.response_ids for o in again]

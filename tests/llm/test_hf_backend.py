@@ -132,3 +132,20 @@ def test_batch_size_zero_on_the_cpu_is_one_batch(tiny_backbone_session):
     backend = HFBackend(tiny_backbone_session, batch_size=0)
     encoded = [[1, 2, 3]] * 5
     assert backend._batch_size(encoded, Sampling(max_new_tokens=4)) == 5
+
+
+def test_graph_decoder_gives_generates_outputs(tiny_backbone_session):
+    # gen_cache: graph (graphgen, run eagerly on the CPU) and transformers' generate agree on greedy tokens,
+    # texts, stop handling and log-probs through the backend's batching and padding
+    greedy = Sampling(max_new_tokens=24, greedy=True)
+    graph = HFBackend(tiny_backbone_session, batch_size=4, cache="graph").generate(_prompts(), greedy)
+    dynamic = HFBackend(tiny_backbone_session, batch_size=4, cache="dynamic").generate(_prompts(), greedy)
+    for a, b in zip(graph, dynamic):
+        assert a.response_ids == b.response_ids and a.text == b.text and a.finish_reason == b.finish_reason
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_auto_decoder_is_dynamic_on_the_cpu_and_bad_names_are_config_errors(tiny_backbone_session):
+    assert HFBackend(tiny_backbone_session).cache == "dynamic"  # graph capture needs a GPU
+    with pytest.raises(ConfigError, match="gen_cache"):
+        HFBackend(tiny_backbone_session, cache="paged")

@@ -38,13 +38,18 @@ def test_demo_smoke_writes_the_summary(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_demo_resumes_from_its_finished_stages(tmp_path, monkeypatch):
     """Calibrated SFT (a 4-problem calibration split, checked every 200 steps) stops before the 800-step cap; a
-    rerun on the same work folder takes every stage from disk and writes the same summary; other arguments on
-    that folder are refused."""
+    process given some stages (--stages, as on separate GPUs) runs those and stops; a run on the same work folder
+    takes every finished stage from disk, a rerun writes the same summary; other arguments on that folder are
+    refused."""
     spec = importlib.util.spec_from_file_location("learning_demo_resume", SCRIPT)
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)  # type: ignore[union-attr]
     monkeypatch.setenv("LEARNING_WORK", str(tmp_path / "work"))
     argv = ["--smoke-cpu", "--calib-n", "4", "--calib-check", "200", "--calib-target", "0.25"]
+    monkeypatch.setenv("OUT", str(tmp_path / "part"))  # one process's share (--stages): it stops at the first other stage
+    assert demo.main([*argv, "--stages", "sft,eval_before,flipped,eval_flipped"]) == {}
+    assert {f.name for f in (tmp_path / "part").glob("stage_*.json")} == {
+        "stage_sft.json", "stage_eval_before.json", "stage_flipped.json", "stage_eval_flipped.json"}
     monkeypatch.setenv("OUT", str(tmp_path / "a"))
     first = demo.main(argv)
     assert first["calibration_n"] == 4 and 0 < first["sft_steps"] < 800

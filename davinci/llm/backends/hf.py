@@ -5,8 +5,11 @@ Choices:
   length, cut into batches of `cfg.gen_batch_size`, left-padded (decoder-only models continue at the right
   edge), and generated with the KV cache; outputs come back in the caller's order. `gen_batch_size: 0`
   sizes batches from the free GPU memory (`auto_batch_size`: KV cache + logits rows per sequence).
-- `gen_cache: static` preallocates the KV cache (prompt + max_new_tokens), which lets transformers compile
-  the decoding step on a GPU; dynamic grows it per step. benchmarks/gpu/generation_options.py times both.
+- `gen_cache` picks the decoder: `graph` (`backends.graphgen`: static KV cache, one decoding step captured
+  in a CUDA graph and replayed; Llama-family layouts), `dynamic` (transformers `generate`, the cache grows per
+  step), `static` (`generate` with a preallocated cache, which lets transformers compile the step); `auto`
+  (the default) is `graph` on a GPU for a layout graphgen supports, else `dynamic`.
+  benchmarks/gpu/generation_options.py times each.
 - Generation stops on `Backbone.stop_token_ids` (the chat template's end of turn, e.g. Qwen's <|im_end|>,
   plus the tokenizer's and the model's eos); the stop token is kept in `response_ids`, not in `text`.
 - Sampling knobs are passed explicitly (temperature, top_p, top_k=0, repetition_penalty=1) so a real
@@ -23,12 +26,15 @@ Shapes: B prompts in a batch, P padded prompt length, N generated steps, V vocab
 
 from __future__ import annotations
 
+import warnings
 from typing import Iterator, Sequence
 
 import torch
 
+from davinci.errors import ConfigError
 from davinci.llm.attention import attention_kernels
 from davinci.llm.backbone import Backbone
+from davinci.llm.backends.graphgen import graph_generate, supported
 from davinci.llm.types import GenOutput, Message, Sampling
 
 
@@ -91,21 +97,38 @@ def kv_bytes_per_token(config: object, dtype_bytes: int) -> int:
 
 
 def auto_batch_size(free_bytes: int, kv_per_token: int, tokens_per_seq: int, vocab: int, cap: int = 256,
-                    headroom: float = 0.8) -> int:
+                    headroom: float = 0.8, logit_rows: int = 3) -> int:
     """Sequences per `generate` call that fit in `headroom` of the free memory: each holds its KV cache for
-    `tokens_per_seq` tokens and three [V] float32 rows of the step's logits (the model's output, the
-    log-prob recorder's log-softmax, the sampling warpers' copy). At least 1, at most `cap`."""
-    per_seq = kv_per_token * tokens_per_seq + 3 * 4 * vocab
+    `tokens_per_seq` tokens and `logit_rows` [V] float32 rows of the step's logits (`generate`: the model's
+    output, the log-prob recorder's log-softmax, the sampling warpers' copy; graphgen's sampler with top-p
+    holds about 8). At least 1, at most `cap`."""
+    per_seq = kv_per_token * tokens_per_seq + logit_rows * 4 * vocab
     return max(1, min(cap, int(headroom * free_bytes) // max(1, per_seq)))
+
+
+CACHES = ("auto", "graph", "dynamic", "static")
+
+
+def resolve_cache(cache: str, backbone: Backbone) -> str:
+    """The decoder `cache` names for this backbone: `auto` is graph on a GPU where graphgen supports the model."""
+    if cache not in CACHES:
+        raise ConfigError(f"model.gen_cache = {cache!r} is not a decoder", f"use one of: {', '.join(CACHES)}")
+    if cache == "auto":
+        return "graph" if backbone.device.type == "cuda" and not supported(backbone.model) else "dynamic"
+    if cache == "graph" and supported(backbone.model):
+        raise ConfigError(f"model.gen_cache = graph cannot run this model: {supported(backbone.model)}",
+                          "set model.gen_cache: auto (graph where it can run, else dynamic) or dynamic")
+    return cache
 
 
 class HFBackend:
     """`GenerationBackend` over a live `Backbone` (sees the weights as they are trained)."""
 
-    def __init__(self, backbone: Backbone, batch_size: int = 16, cache: str = "dynamic") -> None:
+    def __init__(self, backbone: Backbone, batch_size: int = 16, cache: str = "auto") -> None:
         self.backbone = backbone
         self.batch_size = batch_size
-        self.cache = cache
+        self.cache = resolve_cache(cache, backbone)
+        self.fallback = cache == "auto"  # auto: a graph decoder that fails goes on with generate, with a warning
 
     def _batch_size(self, encoded: list[list[int]], sampling: Sampling) -> int:
         if self.batch_size > 0:
@@ -117,7 +140,7 @@ class HFBackend:
         free, _ = torch.cuda.mem_get_info(bb.device)
         longest = max(len(e) for e in encoded) + sampling.max_new_tokens
         return auto_batch_size(free, kv_bytes_per_token(bb.model.config, dtype_bytes), longest,
-                               int(bb.model.config.vocab_size))
+                               int(bb.model.config.vocab_size), logit_rows=8 if self.cache == "graph" else 3)
 
     def generate(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> list[GenOutput]:
         results: list[GenOutput | None] = [None] * len(prompts)
@@ -145,32 +168,60 @@ class HFBackend:
         """Generate for already-encoded prompts (one batch)."""
         bb = self.backbone
         ids, attn = left_pad(rows, bb.pad_token_id)
-        greedy = is_greedy(sampling)
-        recorder = LogprobRecorder(1.0 if greedy else sampling.temperature)
-        knobs = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
         was_training = bb.model.training
         bb.model.eval()
         devices = [bb.device] if bb.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), attention_kernels(bb.device):
+        try:
+            with torch.random.fork_rng(devices=devices), attention_kernels(bb.device):
+                if seed is not None:
+                    torch.manual_seed(seed)
+                new, logprobs = self._decode(ids.to(bb.device), attn.to(bb.device), sampling, seed)
+        finally:
+            bb.model.train(was_training)
+        return [self._output(rows[i], new[i].tolist(), logprobs[i].tolist()) for i in range(len(rows))]
+
+    def _decode(self, ids: torch.Tensor, attn: torch.Tensor, sampling: Sampling, seed: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.cache != "graph":
+            return self._generate(ids, attn, sampling)
+        try:
+            return self._graph(ids, attn, sampling)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except RuntimeError as exc:  # a capture this torch or driver refuses: loud, and the rollouts go on exactly
+            if not self.fallback:
+                raise
+            warnings.warn(f"graph decoding failed ({type(exc).__name__}: {str(exc)[:300]}); this backend uses "
+                          "transformers generate from now on (model.gen_cache: dynamic avoids the attempt)", stacklevel=2)
+            self.cache = "dynamic"
             if seed is not None:
                 torch.manual_seed(seed)
-            sequences = bb.model.generate(
-                input_ids=ids.to(bb.device),
-                attention_mask=attn.to(bb.device),
-                max_new_tokens=sampling.max_new_tokens,
-                do_sample=not greedy,
-                repetition_penalty=1.0,
-                eos_token_id=list(bb.stop_token_ids),
-                pad_token_id=bb.pad_token_id,
-                logits_processor=[recorder],
-                use_cache=True,
-                **({"cache_implementation": "static"} if self.cache == "static" else {}),
-                **knobs,
-            )
-        bb.model.train(was_training)
-        logprobs = recorder.finish(sequences)
-        new = sequences[:, ids.shape[1] :].cpu()
-        return [self._output(rows[i], new[i].tolist(), logprobs[i].tolist()) for i in range(len(rows))]
+            return self._generate(ids, attn, sampling)
+
+    def _graph(self, ids: torch.Tensor, attn: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, N] new tokens and log-probs through graphgen."""
+        bb = self.backbone
+        return graph_generate(bb.model, ids, attn, bb.pad_token_id, bb.stop_token_ids, sampling, is_greedy(sampling))
+
+    def _generate(self, ids: torch.Tensor, attn: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, N] new tokens and log-probs through transformers `generate`."""
+        bb = self.backbone
+        greedy = is_greedy(sampling)
+        recorder = LogprobRecorder(1.0 if greedy else sampling.temperature)
+        knobs = {} if greedy else {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": 0}
+        sequences = bb.model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=sampling.max_new_tokens,
+            do_sample=not greedy,
+            repetition_penalty=1.0,
+            eos_token_id=list(bb.stop_token_ids),
+            pad_token_id=bb.pad_token_id,
+            logits_processor=[recorder],
+            use_cache=True,
+            **({"cache_implementation": "static"} if self.cache == "static" else {}),
+            **knobs,
+        )
+        return sequences[:, ids.shape[1] :].cpu(), recorder.finish(sequences)
 
     def _output(self, prompt: Sequence[int], new: list[int], logprobs: list[float]) -> GenOutput:
         stops = set(self.backbone.stop_token_ids)
