@@ -320,6 +320,11 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
     sft_ckpt = Path(sft_ckpt)
     before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
+    if held and not sum(before) and not args.smoke_cpu:
+        raise SystemExit(f"the SFT checkpoint solves 0 of {len(held)} held-out problems: nothing for RL or the controls to "
+                         f"move (the calibration curve in {out / 'learning_log.txt'} shows how far SFT got). Start a new "
+                         "LEARNING_WORK with a lower --sft-lr, a smaller model (--hidden/--layers), fewer --ops or shorter "
+                         "--lengths")
     flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
     if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
         flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))

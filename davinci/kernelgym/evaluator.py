@@ -470,7 +470,8 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                  "work": job.info.get("work"), "transport_note": lane.transport_note,
                  "hidden_work_error": job.hidden_work_error or None,
                  "phase_s": {k: round(v, 3) for k, v in job.phase_s.items()},
-                 "round_trips": {k: [int(n), round(sec, 4)] for k, (n, sec) in job.round_trips.items()}},
+                 "round_trips": {k: [int(n), round(sec, 4)] for k, (n, sec) in job.round_trips.items()},
+                 "runs_ms": job.runs_ms},
     )
 
 

@@ -31,7 +31,7 @@ class _Lane:
 
 
 def _job(transport: str):
-    return SimpleNamespace(lane=_Lane(transport), twin=SimpleNamespace(pids={42}))
+    return SimpleNamespace(lane=_Lane(transport), twin=SimpleNamespace(pids={42}), round_trips={})
 
 
 def test_ipc_refresh_runs_with_the_candidate_stopped_and_leaves_it_stopped(monkeypatch) -> None:
