@@ -111,6 +111,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--stages", default="", help="comma-separated stages this process runs (default: all), e.g. on "
                     "separate GPUs sharing $LEARNING_WORK: 'rl,eval_rl,sft_control,eval_sft' and 'flipped,eval_flipped'; "
                     f"stages: {', '.join(STAGES)}")
+    ap.add_argument("--wait-s", type=float, default=0.0, help="with --stages: seconds to wait for the SFT checkpoint "
+                    "another process is training (the flipped arm's process on a second GPU)")
     args = ap.parse_args(argv)
     if args.smoke_cpu:
         from davinci.config import load_profile
@@ -256,11 +258,17 @@ class NotHere(Exception):
     """A stage this process was not asked to run has not finished yet (another process runs it)."""
 
 
-def stage(work: Path, out: Path, name: str, fn: Any, mine: bool = True) -> Any:
+def stage(work: Path, out: Path, name: str, fn: Any, mine: bool = True, wait_s: float = 0.0) -> Any:
     """fn()'s JSON result, computed once: a rerun with the same LEARNING_WORK folder (the next call on a warm
     machine, after a time limit) takes every finished stage from `stage_<name>.json` and goes on from there.
-    A stage that is not `mine` (see --stages) and not finished raises NotHere."""
+    A stage that is not `mine` (see --stages) waits up to `wait_s` for the process that runs it, then raises
+    NotHere."""
     path = work / f"stage_{name}.json"
+    deadline = time.monotonic() + (0.0 if mine else wait_s)
+    if not mine and not path.exists() and wait_s > 0:
+        log(out, f"waiting up to {wait_s:.0f} s for stage {name} (another process runs it)")
+    while not mine and not path.exists() and time.monotonic() < deadline:
+        time.sleep(5.0)
     if path.exists():
         log(out, f"{name}: done in an earlier run ({path.name})")
         return json.loads(path.read_text())
@@ -276,7 +284,7 @@ def stage(work: Path, out: Path, name: str, fn: Any, mine: bool = True) -> Any:
 def same_run(work: Path, args: argparse.Namespace) -> None:
     """Record the arguments in a new work folder; refuse one whose finished stages came from other arguments
     (`--stages` aside: processes sharing the folder run different stages of the same run)."""
-    path, now = work / "args.json", json.loads(json.dumps({k: v for k, v in vars(args).items() if k != "stages"}))
+    path, now = work / "args.json", json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in ("stages", "wait_s")}))
     if path.exists() and json.loads(path.read_text()) != now:
         raise SystemExit(f"{work} holds the stages of a run with other arguments ({path}): set LEARNING_WORK to a new "
                          "folder, or rerun with the arguments recorded there to resume it")
@@ -335,9 +343,14 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
                stop: Any, mine: set[str]) -> tuple[Any, ...]:
     """Every stage in order, each computed here only when it is `mine` (else taken from disk, or NotHere)."""
     train, _calib, held, probe = splits
-    run = lambda name, fn: stage(work, out, name, fn, name in mine)  # noqa: E731
+    # only the SFT checkpoint is waited for: every arm starts from it; any other missing stage ends this process
+    run = lambda name, fn: stage(work, out, name, fn, name in mine, args.wait_s if name == "sft" else 0.0)  # noqa: E731
     sft_ckpt, sft_steps = run("sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
     sft_ckpt = Path(sft_ckpt)
+    flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
+    if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
+        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
+        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
     before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
     if held and not sum(before) and not args.smoke_cpu:
@@ -345,10 +358,6 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
                          f"move (the calibration curve in {out / 'learning_log.txt'} shows how far SFT got). Start a new "
                          "LEARNING_WORK with a lower --sft-lr, a smaller model (--hidden/--layers), fewer --ops or shorter "
                          "--lengths")
-    flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
-    if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
-        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
-        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
     rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
     after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl"))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them

@@ -60,7 +60,7 @@ job_cmd() {
     fsdp)       echo "python3 benchmarks/gpu/fsdp_step.py ${FSDP_ARGS:-}" ;;
     learning)   echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-}" ;;
     learnmain)  echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-} --stages sft,eval_before,rl,eval_rl,sft_control,eval_sft" ;;
-    learnflip)  echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-} --stages flipped,eval_flipped" ;;
+    learnflip)  echo "python3 benchmarks/gpu/learning_demo.py ${LEARNING_ARGS:-} --stages flipped,eval_flipped --wait-s 600" ;;
     llmgpu)     echo "python3 -m pytest -q -m gpu tests/llm/test_gpu.py -p no:cacheprovider" ;;
     underload)  echo "python3 benchmarks/gpu/self_speedup_under_load.py ${UNDERLOAD_ARGS:-}" ;;
     ipcrelease) echo "python3 benchmarks/gpu/ipc_release_check.py" ;;

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,15 @@ def test_demo_resumes_from_its_finished_stages(tmp_path, monkeypatch):
     assert demo.main([*argv, "--stages", "sft,eval_before,flipped,eval_flipped"]) == {}
     assert {f.name for f in (tmp_path / "part").glob("stage_*.json")} == {
         "stage_sft.json", "stage_eval_before.json", "stage_flipped.json", "stage_eval_flipped.json"}
+    monkeypatch.setenv("OUT", str(tmp_path / "wait"))  # a process waiting for another's SFT finds it and goes on
+    (tmp_path / "work" / "stage_flipped.json").rename(tmp_path / "flipped.json")
+    (tmp_path / "work" / "stage_eval_flipped.json").unlink()
+    moved = {"sft": tmp_path / "work" / "stage_sft.json"}
+    moved["sft"].rename(tmp_path / "sft.json")
+    threading.Timer(2.0, lambda: (tmp_path / "sft.json").rename(moved["sft"])).start()
+    assert demo.main([*argv, "--stages", "flipped", "--wait-s", "60"]) == {}
+    assert "waiting up to 60 s for stage sft" in (tmp_path / "wait" / "learning_log.txt").read_text()
+    assert (tmp_path / "work" / "stage_flipped.json").exists()  # it ran its own stage after the wait
     monkeypatch.setenv("OUT", str(tmp_path / "a"))
     first = demo.main(argv)
     assert first["calibration_n"] == 4 and 0 < first["sft_steps"] < 800
