@@ -109,10 +109,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--smoke-cpu", action="store_true", help="the CPU version: the tiny profile's task family and sizes")
     ap.add_argument("--set", action="append", default=[], help="extra profile override key=value")
     ap.add_argument("--stages", default="", help="comma-separated stages this process runs (default: all), e.g. on "
-                    "separate GPUs sharing $LEARNING_WORK: 'rl,eval_rl,sft_control,eval_sft' and 'flipped,eval_flipped'; "
+                    "separate GPUs sharing $LEARNING_WORK: 'sft,eval_before,rl,eval_rl,sft_control,eval_sft' and "
+                    "'flipped,eval_flipped' (with --wait-s); "
                     f"stages: {', '.join(STAGES)}")
     ap.add_argument("--wait-s", type=float, default=0.0, help="with --stages: seconds to wait for the SFT checkpoint "
-                    "another process is training (the flipped arm's process on a second GPU)")
+                    "and its held-out score from another process (the flipped arm's process on a second GPU)")
     args = ap.parse_args(argv)
     if args.smoke_cpu:
         from davinci.config import load_profile
@@ -254,6 +255,13 @@ def _ckpt_and_steps(pair: tuple[Path, int]) -> list[Any]:
     return [str(pair[0]), pair[1]]
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a process reading it meanwhile sees the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 class NotHere(Exception):
     """A stage this process was not asked to run has not finished yet (another process runs it)."""
 
@@ -276,7 +284,7 @@ def stage(work: Path, out: Path, name: str, fn: Any, mine: bool = True, wait_s: 
         raise NotHere(name)
     t = time.perf_counter()
     result = fn()
-    path.write_text(json.dumps(result))
+    write_atomic(path, json.dumps(result))  # another process may be polling for it
     log(out, f"{name}: {time.perf_counter() - t:.0f} s")
     return result
 
@@ -288,7 +296,7 @@ def same_run(work: Path, args: argparse.Namespace) -> None:
     if path.exists() and json.loads(path.read_text()) != now:
         raise SystemExit(f"{work} holds the stages of a run with other arguments ({path}): set LEARNING_WORK to a new "
                          "folder, or rerun with the arguments recorded there to resume it")
-    path.write_text(json.dumps(now, indent=1))
+    write_atomic(path, json.dumps(now, indent=1))
 
 
 def load_problems(args: argparse.Namespace, work: Path, out: Path) -> list[Any]:
@@ -343,14 +351,11 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
                stop: Any, mine: set[str]) -> tuple[Any, ...]:
     """Every stage in order, each computed here only when it is `mine` (else taken from disk, or NotHere)."""
     train, _calib, held, probe = splits
-    # only the SFT checkpoint is waited for: every arm starts from it; any other missing stage ends this process
-    run = lambda name, fn: stage(work, out, name, fn, name in mine, args.wait_s if name == "sft" else 0.0)  # noqa: E731
+    # only the SFT checkpoint and its held-out score are waited for: every arm starts from them; any other missing
+    # stage ends this process
+    run = lambda name, fn: stage(work, out, name, fn, name in mine, args.wait_s if name in ("sft", "eval_before") else 0.0)  # noqa: E731
     sft_ckpt, sft_steps = run("sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
     sft_ckpt = Path(sft_ckpt)
-    flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
-    if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
-        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
-        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
     before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
     if held and not sum(before) and not args.smoke_cpu:
@@ -358,6 +363,10 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
                          f"move (the calibration curve in {out / 'learning_log.txt'} shows how far SFT got). Start a new "
                          "LEARNING_WORK with a lower --sft-lr, a smaller model (--hidden/--layers), fewer --ops or shorter "
                          "--lengths")
+    flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
+    if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
+        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
+        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
     rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
     after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl"))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them

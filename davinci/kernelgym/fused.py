@@ -33,6 +33,9 @@ from typing import Any
 import torch
 
 BLOCK = 4096
+# No fused multiply-add in the comparison: `atol + rtol * |r|` rounds as torch rounds it, so the two paths agree at
+# the tolerance's exact edge too (a compile option of the CUDA backend; the interpreter has no such rounding).
+EXACT: dict[str, Any] = {}
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNELS: dict[str, Any] = {}
 
@@ -46,8 +49,13 @@ def _kernels() -> dict[str, Any]:
     """The Triton kernels, compiled on first use (importing this module imports no Triton)."""
     if _KERNELS:
         return _KERNELS
+    import os
+
     import triton
     import triton.language as tl
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        EXACT["enable_fp_fusion"] = False
 
     @triton.jit
     def moments_kernel(r_ptr, n, s_ptr, ss_ptr, lo_ptr, hi_ptr, amax_ptr, cnt_ptr, BLOCK: tl.constexpr):
@@ -171,6 +179,19 @@ def spikes_(x: torch.Tensor, salt: int, rate: int, skip: int, cols: int, shift: 
     return x
 
 
+def _launch(name: str, blocks: int, *args: Any) -> None:
+    """Run a comparison kernel with fused multiply-add off; a Triton that does not take the option runs it without
+    (the difference is one rounding at the tolerance's exact edge)."""
+    kernel = _kernels()[name]
+    try:
+        kernel[(blocks,)](*args, BLOCK=BLOCK, **EXACT)
+    except (TypeError, KeyError) as exc:
+        if not EXACT or "fp_fusion" not in str(exc):
+            raise
+        EXACT.clear()
+        kernel[(blocks,)](*args, BLOCK=BLOCK)
+
+
 def _partials(n_blocks: int, device: torch.device, kinds: str) -> list[torch.Tensor]:
     """One [NB] buffer per statistic: 'f' float64, 'i' int64."""
     return [torch.empty(n_blocks, dtype=torch.float64 if k == "f" else torch.int64, device=device) for k in kinds]
@@ -182,7 +203,7 @@ def moments(ref: torch.Tensor) -> dict[str, float]:
     n = flat.numel()
     nb = max(1, math.ceil(n / BLOCK))
     s, ss, lo, hi, amax, cnt = _partials(nb, flat.device, "fffffi")
-    _kernels()["moments"][(nb,)](flat, n, s, ss, lo, hi, amax, cnt, BLOCK=BLOCK)
+    _launch("moments", nb, flat, n, s, ss, lo, hi, amax, cnt)
     vals = torch.stack([s.sum(), ss.sum(), lo.min(), hi.max(), amax.max(), cnt.sum().double()]).tolist()
     return {"s": vals[0], "ss": vals[1], "lo": vals[2], "hi": vals[3], "absmax": vals[4], "n": int(vals[5])}
 
@@ -194,7 +215,7 @@ def elementwise(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) 
     nb = max(1, math.ceil(n / BLOCK))
     bad, first, mabs, mrel, sq, nonfin = _partials(nb, r.device, "iifffi")
     tol = torch.tensor([float(atol), float(rtol)], dtype=torch.float64, device=r.device)
-    _kernels()["elementwise"][(nb,)](o, r, n, tol, bad, first, mabs, mrel, sq, nonfin, BLOCK=BLOCK)
+    _launch("elementwise", nb, o, r, n, tol, bad, first, mabs, mrel, sq, nonfin)
     count, first_i, nonfinite = torch.stack([bad.sum(), first.min(), nonfin.sum()]).tolist()
     max_abs, max_rel, diff_sq = torch.stack([mabs.max(), mrel.max(), sq.sum()]).tolist()
     return {"bad": int(count), "first": int(first_i) if count else None, "max_abs": max_abs, "max_rel": max_rel,

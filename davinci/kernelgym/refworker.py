@@ -294,36 +294,46 @@ class RefWorker:
                 "launch_overhead_ms": self.timer.launch_overhead_ms}, []
 
     def op_refresh(self, h: dict, blobs: list) -> tuple[dict, list]:
+        """Fresh values into every input set, drawn from the round's distribution; a set whose reference is not
+        finite on them takes native values instead, decided set by set on its own reference, so what a set holds
+        never depends on which set is the spot (only the spot's output is checked: a candidate that could tell
+        the others apart could skip their work). References are computed after the set is written, on the
+        worker's own copy, so a Model that changes its inputs in place cannot change what the candidate gets."""
         st = self._state(h["key"])
         host = h.get("host", False)
         dist = str(h.get("dist") or "native")  # timed outputs are checked on every distribution the trials use
-        if dist != "native" and dist not in st.dist_ok:  # not met in a trial: one reference forward decides
-            probe = inp.apply_distribution(inp.native_inputs(st.module.get_inputs, int(h["seed"]) * 131, self.device), dist,
-                                           int(h["seed"]) * 131)
-            st.dist_ok[dist] = _finite(st.forward(st.model, probe))
-            del probe
-        if not st.dist_ok.get(dist, True):
+        if not st.dist_ok.get(dist, True):  # a trial found the distribution breaks the problem's contract
             dist = "native"
+        spot = int(h["spot"])
         fills: list[Any] = []
         out_blobs: list[Any] = []
         for j in range(len(st.sets)):
             seed = int(h["seed"]) * 131 + j
             values = inp.apply_distribution(inp.native_inputs(st.module.get_inputs, seed, self.device), dist, seed)
-            if host:
-                st.sets[j] = values
-                fills.append(transport.encode(values, "host", out_blobs))
-            else:  # one synchronisation after every set is written, not one per copy
-                self._write(st.sets[j], values, sync=False)
-                if st.twin_sets:
-                    self._write(st.twin_sets[j], values, sync=False)
-            del values
+            fill = self._place(st, j, values, host, out_blobs)
+            ref = st.forward(st.model, values) if dist != "native" or j == spot else None
+            if dist != "native" and not _finite(ref):
+                values = inp.native_inputs(st.module.get_inputs, seed, self.device)
+                fill = self._place(st, j, values, host, out_blobs)
+                ref = st.forward(st.model, values) if j == spot else None
+            if j == spot:
+                st.spot_ref = ref
+            fills.append(fill)
+            del values, ref
         if self.cuda:
             torch.cuda.synchronize()
-        st.spot_ref = st.forward(st.model, st.sets[int(h["spot"])])
-        if dist != "native" and not _finite(st.spot_ref):  # these values broke the contract the trials kept: native
-            st.dist_ok[dist] = False
-            return self.op_refresh(h, blobs)
         return {"ok": True, "fill": fills if host else None}, out_blobs
+
+    def _place(self, st: ProblemState, j: int, values: list[Any], host: bool, out_blobs: list[Any]) -> Any:
+        """Input set j := values: the candidate's and the twin's slots written in place (synchronised by the
+        caller), or, over host copies, the values encoded for the timed request (returns their descriptor)."""
+        if host:
+            st.sets[j] = [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+            return transport.encode(st.sets[j], "host", out_blobs)
+        self._write(st.sets[j], values, sync=False)
+        if st.twin_sets:
+            self._write(st.twin_sets[j], values, sync=False)
+        return None
 
     def op_check_spot(self, h: dict, blobs: list) -> tuple[dict, list]:
         """Compare a timed call's output with the reference on 2**20 secretly chosen elements per tensor

@@ -116,6 +116,18 @@ def test_compare_tensor_takes_the_fused_path_on_a_gpu_with_the_same_verdicts(mon
     for k in outs:
         assert (fast[k].ok, fast[k].first_bad_index, fast[k].reason) == (slow[k].ok, slow[k].first_bad_index, slow[k].reason)
     assert fast["honest"].ok and not fast["zeros"].ok and fast["one_nan"].first_bad_index == (1_234_567,)
+    # a reference with NaN and infinities (the finiteness test inside the kernels is r - r == 0): matched exactly
+    # passes, a wrong infinity or a number in place of NaN fails, on both paths alike
+    special = ref.clone()
+    special[7], special[8], special[9] = float("nan"), float("inf"), -float("inf")
+    wrong_inf, wrong_nan = special.clone(), special.clone()
+    wrong_inf[8], wrong_nan[7] = -float("inf"), 0.0
+    cases = {"same": special.clone(), "wrong_inf": wrong_inf, "wrong_nan": wrong_nan}
+    slow = {k: compare.compare_tensor(o, special, 1e-4, 0.01) for k, o in cases.items()}
+    monkeypatch.undo()
+    fast = {k: compare.compare_tensor(o, special, 1e-4, 0.01) for k, o in cases.items()}
+    assert [fast[k].ok for k in cases] == [slow[k].ok for k in cases] == [True, False, False]
+    assert (fast["wrong_inf"].first_bad_index, fast["wrong_nan"].first_bad_index) == ((8,), (7,))
 
 
 @pytest.mark.gpu

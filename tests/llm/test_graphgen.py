@@ -73,6 +73,13 @@ def test_top_p_keeps_what_transformers_keeps():
     kept = Sampler(Sampling(max_new_tokens=1, top_p=0.8), greedy=False)._top_p(logits)
     ref = TopPLogitsWarper(0.8)(torch.zeros(64, 1, dtype=torch.long), logits.clone())
     assert torch.equal(torch.isinf(kept), torch.isinf(ref))
+    # ties at exactly top_p: probabilities [.5, .25, .25] keep 1 token at 0.5 and 2 at 0.75, as the warper does
+    tied = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))
+    for top_p in (0.5, 0.75):
+        ours = Sampler(Sampling(max_new_tokens=1, top_p=top_p), greedy=False)._top_p(tied)
+        theirs = TopPLogitsWarper(top_p)(torch.zeros(1, 1, dtype=torch.long), tied.clone())
+        # which of two tied tokens goes depends on the sort; how many stay does not
+        assert int((~torch.isinf(ours)).sum()) == int((~torch.isinf(theirs)).sum()) == (1 if top_p == 0.5 else 2), top_p
 
 
 def test_a_stopped_row_pads_and_all_stopped_ends_early():

@@ -173,8 +173,9 @@ class Sampler:
 
     def _top_p(self, scaled: torch.Tensor) -> torch.Tensor:
         probs, order = torch.softmax(scaled, dim=-1).sort(dim=-1, descending=True)
-        # mask: a token goes when the tokens ranked above it already hold top_p of the mass; the top one stays
-        drop_sorted = (probs.cumsum(dim=-1) - probs) > self.top_p
+        # mask: a token goes when the tokens ranked above it already hold top_p of the mass (>=, as transformers'
+        # warper: a tie at exactly top_p drops it); the top one stays
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= self.top_p
         drop_sorted[:, 0] = False
         drop = torch.zeros_like(drop_sorted).scatter_(1, order, drop_sorted)
         return scaled.masked_fill(drop, float("-inf"))
