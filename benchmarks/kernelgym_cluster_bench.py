@@ -28,6 +28,7 @@ import dataclasses
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -107,11 +108,11 @@ def run_mode(items: list[tuple[Any, Any]], config: Any, cold_items: list[tuple[A
     by_call: dict[int, list[list[float]]] = {}
     for r in results:  # each correctness call: its round trip against the forward inside it (details.runs_ms)
         for i, (trip, fwd, *_flags) in enumerate(r.details.get("runs_ms") or []):
-            by_call.setdefault(i, []).append([trip, fwd or 0.0])
+            by_call.setdefault(i, []).append([trip, fwd])
     if by_call:
-        med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
         print("  correctness calls, median ms (round trip / forward) by call index: " + ", ".join(
-            f"#{i} {med([t for t, _ in v]):.0f}/{med([f for _, f in v]):.0f}" for i, v in sorted(by_call.items())), flush=True)
+            f"#{i} {statistics.median(t for t, _ in v):.0f}/{statistics.median(f for _, f in v):.0f}"
+            for i, v in sorted(by_call.items())), flush=True)
     for (problem, _), r in zip(items, results):
         if not r.correct or r.flags:  # reference solutions: every one should pass; say which did not and why
             print(f"  not passed: {problem.name}: {r.error_kind} {list(r.flags)} {(r.error or '')[-300:]!r}", flush=True)

@@ -33,9 +33,6 @@ from typing import Any
 import torch
 
 BLOCK = 4096
-# No fused multiply-add in the comparison: `atol + rtol * |r|` rounds as torch rounds it, so the two paths agree at
-# the tolerance's exact edge too (a compile option of the CUDA backend; the interpreter has no such rounding).
-EXACT: dict[str, Any] = {}
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _KERNELS: dict[str, Any] = {}
 
@@ -46,16 +43,22 @@ def usable(out: torch.Tensor, ref: torch.Tensor) -> bool:
 
 
 def _kernels() -> dict[str, Any]:
-    """The Triton kernels, compiled on first use (importing this module imports no Triton)."""
-    if _KERNELS:
-        return _KERNELS
-    import os
+    """The Triton kernels, compiled on first use (importing this module imports no Triton), and the compile
+    options of the comparison's: no fused multiply-add, so `atol + rtol * |r|` rounds as torch rounds it and the
+    two paths agree at the tolerance's exact edge too (a CUDA backend option; the interpreter has no such rounding)."""
+    if not _KERNELS:
+        import os
 
-    import triton
-    import triton.language as tl
+        import triton
+        import triton.language as tl
 
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        EXACT["enable_fp_fusion"] = False
+        _KERNELS.update(_compare_kernels(triton, tl), **_map_kernels(triton, tl))
+        _KERNELS["exact"] = {} if os.environ.get("TRITON_INTERPRET") == "1" else {"enable_fp_fusion": False}
+    return _KERNELS
+
+
+def _compare_kernels(triton: Any, tl: Any) -> dict[str, Any]:
+    """The moments of the reference and the elementwise test, float64 inside."""
 
     @triton.jit
     def moments_kernel(r_ptr, n, s_ptr, ss_ptr, lo_ptr, hi_ptr, amax_ptr, cnt_ptr, BLOCK: tl.constexpr):
@@ -102,6 +105,12 @@ def _kernels() -> dict[str, Any]:
         tl.store(sq_ptr + pid, tl.sum(dfin * dfin, axis=0))
         tl.store(nonfin_ptr + pid, tl.sum((inb & (finite == 0)).to(tl.int64), axis=0))
 
+    return {"moments": moments_kernel, "elementwise": elementwise_kernel}
+
+
+def _map_kernels(triton: Any, tl: Any) -> dict[str, Any]:
+    """The input distributions' maps, in place, float32 inside."""
+
     @triton.jit
     def heavy_tail_kernel(x_ptr, n, m, BLOCK: tl.constexpr):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -140,9 +149,7 @@ def _kernels() -> dict[str, Any]:
         sign = tl.where(xf > 0, 1.0, tl.where(xf < 0, -1.0, 0.0))
         tl.store(x_ptr + offs, (xf + tl.where(picked, sign * shift, 0.0)).to(x.dtype), mask=inb)
 
-    _KERNELS.update(moments=moments_kernel, elementwise=elementwise_kernel, heavy_tail=heavy_tail_kernel,
-                    reshaped=reshaped_kernel, spikes=spikes_kernel)
-    return _KERNELS
+    return {"heavy_tail": heavy_tail_kernel, "reshaped": reshaped_kernel, "spikes": spikes_kernel}
 
 
 MAPPED = (torch.float16, torch.bfloat16, torch.float32)
@@ -180,16 +187,9 @@ def spikes_(x: torch.Tensor, salt: int, rate: int, skip: int, cols: int, shift: 
 
 
 def _launch(name: str, blocks: int, *args: Any) -> None:
-    """Run a comparison kernel with fused multiply-add off; a Triton that does not take the option runs it without
-    (the difference is one rounding at the tolerance's exact edge)."""
-    kernel = _kernels()[name]
-    try:
-        kernel[(blocks,)](*args, BLOCK=BLOCK, **EXACT)
-    except (TypeError, KeyError) as exc:
-        if not EXACT or "fp_fusion" not in str(exc):
-            raise
-        EXACT.clear()
-        kernel[(blocks,)](*args, BLOCK=BLOCK)
+    """Run a comparison kernel with its compile options."""
+    kernels = _kernels()
+    kernels[name][(blocks,)](*args, BLOCK=BLOCK, **kernels["exact"])
 
 
 def _partials(n_blocks: int, device: torch.device, kinds: str) -> list[torch.Tensor]:

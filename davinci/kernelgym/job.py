@@ -116,7 +116,7 @@ class Job:
     # "cand:<op>", "twin:<op>", "ref:<op>" -> [requests, wall seconds]: inside the phases, which round trips the
     # seconds go to (details.round_trips)
     round_trips: dict[str, list[float]] = field(default_factory=dict)
-    # each correctness call: [round trip ms, the forward's ms as the candidate reported it, accounted, poisoned]
+    # each correctness call: [round trip ms, the forward's ms as the candidate reported it, accounted]
     # (details.runs_ms: what a call costs beyond its forward)
     runs_ms: list[list[Any]] = field(default_factory=list)
 
@@ -197,7 +197,7 @@ def fresh_inputs(job: "Job", header: dict[str, Any]) -> tuple[dict[str, Any], li
     transport: the values arrive inside the timed request, nothing to guard)."""
     t0 = time.monotonic()
     held = [] if job.lane.transport == "host" else job.lane.freeze_children(keep=job.twin.pids if job.twin else set())
-    count_trip(job, "sup:freeze", t0)  # the supervisor's own share of a round, next to the requests' shares
+    count_trip(job, "sup:freeze", t0)  # the supervisor's own share of a refresh, next to the requests' shares
     try:
         reply, blobs = ref(job, header)
     except BaseException:
@@ -414,9 +414,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     reply, blobs = ask(job, {"op": "run", "slot": slot, "tag": tag, "poison": poison, "fill": fill,
                              "account": account}, fill_blobs)
     ev = reply.get("evidence") or {}
-    fwd = ev.get("forward_ms")
-    job.runs_ms.append([round((time.monotonic() - t0) * 1e3, 2), round(float(fwd), 2) if isinstance(fwd, (int, float)) else None,
-                        int(bool(account)), int(poison is not None)])
+    job.runs_ms.append([round((time.monotonic() - t0) * 1e3, 2), round(float(ev.get("forward_ms", 0.0)), 2), int(account)])
     job.last_kernel_share = ev.get("kernel_share")
     job.last_torch_work = ev.get("torch_work")
     job.last_torch_hidden, tampered = hidden_evidence(ev)

@@ -32,8 +32,8 @@ from typing import Any
 
 from davinci.kernelgym.baselines import DiskCache, cache_key, device_model
 from davinci.kernelgym.audit import audit_rounds
-from davinci.kernelgym.job import (CandidateFailure, Job, ask, ask_twin, build_twin, count_trip, fresh_inputs, gpu_phase,
-                                   ref, wants_profile)
+from davinci.kernelgym.job import (CandidateFailure, Job, ask, ask_twin, build_twin, fresh_inputs, gpu_phase, ref,
+                                   wants_profile)
 from davinci.kernelgym.lane import wake
 from davinci.kernelgym.sol import roofline_violation, sol_percent
 from davinci.kernelgym.stats import defended, launch_allowance, should_stop
@@ -241,9 +241,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
         if baselines_first:
             _time_baselines(job, sets, order, fill, live, acc)
     finally:
-        t0 = time.monotonic()
         job.lane.thaw(held)  # the candidate runs again only now, as its timed request is sent
-        count_trip(job, "sup:thaw", t0)
     w0 = time.monotonic()
     # the same idle probe as the baselines get, so both sides start from the same GPU state (its value,
     # from the candidate's own process, is not trusted and not used)

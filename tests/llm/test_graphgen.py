@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from davinci.llm.backends.graphgen import Sampler, graph_generate, supported
+from davinci.llm.backends.graphgen import Sampler, graph_generate, unsupported
 from davinci.llm.backends.hf import left_pad
 from davinci.llm.types import Sampling
 
@@ -115,5 +115,5 @@ def test_layouts_not_checked_here_are_refused():
 
     model = AutoModelForCausalLM.from_config(Qwen3Config(vocab_size=97, hidden_size=64, intermediate_size=128,
                                                          num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2))
-    assert "qwen3" in supported(model)
-    assert supported(_model("qwen2")) == "" and supported(_model("llama")) == ""
+    assert "qwen3" in unsupported(model)
+    assert unsupported(_model("qwen2")) == "" and unsupported(_model("llama")) == ""

@@ -29,7 +29,7 @@ Choices:
 - Graphs are captured per call (one batch), never cached across calls: the trainer updates weights in place
   between calls, and a graph kept across a `Backbone.load` would read freed parameters.
 
-`supported(model)` names what is missing for a model that does not have this layout (the backend then uses
+`unsupported(model)` names what is missing for a model that does not have this layout (the backend then uses
 `generate`).
 
 Shapes: B rows, P padded prompt length, N new tokens, T cache slots, L layers, H query heads, Hkv key/value
@@ -58,7 +58,7 @@ def _decoder(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def supported(model: Any) -> str:
+def unsupported(model: Any) -> str:
     """'' when `graph_generate` can run `model`; else what it lacks."""
     lm = _decoder(model)
     inner = getattr(lm, "model", None)
@@ -310,4 +310,4 @@ def graph_generate(model: Any, ids: torch.Tensor, attn: torch.Tensor, pad_id: in
     return stepper.tokens[:, :n].cpu(), stepper.logprobs[:, :n].cpu()
 
 
-__all__ = ["graph_generate", "supported", "Sampler", "Cache", "Dims"]
+__all__ = ["graph_generate", "unsupported", "Sampler", "Cache", "Dims"]

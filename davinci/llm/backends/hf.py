@@ -34,7 +34,7 @@ import torch
 from davinci.errors import ConfigError
 from davinci.llm.attention import attention_kernels
 from davinci.llm.backbone import Backbone
-from davinci.llm.backends.graphgen import graph_generate, supported
+from davinci.llm.backends.graphgen import graph_generate, unsupported
 from davinci.llm.types import GenOutput, Message, Sampling
 
 
@@ -113,10 +113,13 @@ def resolve_cache(cache: str, backbone: Backbone) -> str:
     """The decoder `cache` names for this backbone: `auto` is graph on a GPU where graphgen supports the model."""
     if cache not in CACHES:
         raise ConfigError(f"model.gen_cache = {cache!r} is not a decoder", f"use one of: {', '.join(CACHES)}")
+    if cache not in ("auto", "graph"):
+        return cache
+    why_not = unsupported(backbone.model)
     if cache == "auto":
-        return "graph" if backbone.device.type == "cuda" and not supported(backbone.model) else "dynamic"
-    if cache == "graph" and supported(backbone.model):
-        raise ConfigError(f"model.gen_cache = graph cannot run this model: {supported(backbone.model)}",
+        return "graph" if backbone.device.type == "cuda" and not why_not else "dynamic"
+    if why_not:
+        raise ConfigError(f"model.gen_cache = graph cannot run this model: {why_not}",
                           "set model.gen_cache: auto (graph where it can run, else dynamic) or dynamic")
     return cache
 
