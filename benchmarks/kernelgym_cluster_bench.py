@@ -60,6 +60,8 @@ def base_config(device: str, cache_dir: str) -> Any:
     from davinci.kernelgym import GymConfig
 
     fast = dict(timing_min_reps=3, timing_max_reps=8, timing_max_s=0.5) if device == "cpu" else {}
+    if "dedup_batch" in {f.name for f in dataclasses.fields(GymConfig)}:  # (an older --tree has no such field)
+        fast["dedup_batch"] = False  # the batch repeats each problem on purpose: every copy is evaluated
     return GymConfig(device=device, workers=1, cache_dir=cache_dir, **fast)  # type: ignore[arg-type]
 
 

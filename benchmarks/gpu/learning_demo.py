@@ -21,7 +21,7 @@ Writes $OUT/summary.json (heldout_n, before, after, ci95_low, ci95_high, control
 control_flipped_after, device, commit, ...), $OUT/per_problem.jsonl, $OUT/learning.png, $OUT/learning_log.txt
 (not log.txt: run_suite.sh sends the job's stdout to $OUT/log.txt, where the two writers would overwrite each other).
 
-    PYTHONPATH=. OUT=benchmarks/results/h100/learning python benchmarks/gpu/learning_demo.py --set gym.workers=8   # one H100
+    PYTHONPATH=. OUT=benchmarks/results/h100/learning python benchmarks/gpu/learning_demo.py --eval-device cpu --set gym.workers=8   # one H100
     PYTHONPATH=. OUT=/tmp/demo python benchmarks/gpu/learning_demo.py --smoke-cpu                 # CPU, ~5-10 min
 
 --smoke-cpu is the CPU version (the slow test `tests/rl/test_learning_demo.py`): the tiny profile's task family
@@ -51,6 +51,14 @@ The model had not learnt to copy the prompt's forward lines into kernel lines. P
 hence the defaults: the 12 elementwise ops (UNARY_OPS), lengths 2-4, batch 32, lr 2e-3, and calibration checks
 every 100 steps, so SFT stops partway, around --calib-target. A run whose SFT still solves nothing held out
 stops right after `eval_before` and says so; it does not spend the RL arms.
+
+Third GPU run (benchmarks/results/h200x4/session_2026-11-27b/learning): SFT reached the target (0.312 of 32 after
+2,000 steps) and 22/100 held out before RL, but an RL epoch took ~310 s of evaluation for 256 correctness-only
+evaluations on the GPU (8 lanes, host shared with three other GPUs' jobs: a fresh process and CUDA context per
+candidate), so 8 epochs per arm did not fit. --eval-device cpu judges the kernels in kernelgym's CPU lanes
+(Triton interpreter, ~0.1-0.2 s per evaluation on a core) while the model trains and generates on the GPU:
+correctness is all the demonstration measures (timing is off), and summary.json records `eval_device`.
+Every RL epoch logs its median seconds per evaluation phase.
 """
 
 from __future__ import annotations
@@ -99,7 +107,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--calib-check", type=int, default=100, help="SFT steps between calibration checks (~15 s each on a GPU)")
     ap.add_argument("--sft-lr", type=float, default=2e-3, help="SFT learning rate (the tiny profile's 5e-3 suits its 1.5M model)")
     ap.add_argument("--sft-batch", type=int, default=32, help="SFT examples per step (answers are ~45 tokens)")
-    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--device", default="cuda", help="where the model trains and generates")
+    ap.add_argument("--eval-device", default="", help="where kernelgym judges the kernels (gym.device; default: "
+                    "--device). 'cpu' runs them in the Triton interpreter on the host's cores: correctness only, "
+                    "as here (timing is off), without a fresh CUDA context per candidate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ops", default=",".join(UNARY_OPS), help="comma-separated op names of the chains ('' = every op; "
                     "default: the elementwise ones, see the module docstring)")
@@ -125,6 +136,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.set = ["agents.max_new_tokens=96", "gym.workers=1", *args.set]
         args.calib_n = args.calib_n or 0  # the smoke pool is small to spare a calibration split (tests/rl/test_learning_demo.py)
     args.calib_n = 32 if args.calib_n is None else args.calib_n
+    args.eval_device = args.eval_device or args.device
     return args
 
 
@@ -140,7 +152,7 @@ def build_profile(args: argparse.Namespace) -> Any:
     from davinci.config import load_profile
 
     overrides = [
-        f"seed={args.seed}", f"gym.device={args.device}", "gym.baselines=[eager]", "gym.measure_performance=false",
+        f"seed={args.seed}", f"gym.device={args.eval_device}", "gym.baselines=[eager]", "gym.measure_performance=false",
         f"model.tiny_hidden={args.hidden}", f"model.tiny_layers={args.layers}", f"model.tiny_heads={max(2, args.hidden // 64)}",
         f"model.tiny_intermediate={4 * args.hidden}", "model.max_seq_len=4096",
         f"agents.group_size={args.group_size}", f"agents.turns={args.turns}", "agents.summarize=false", "skills.rerank=false",
@@ -177,7 +189,7 @@ def register_flipped() -> None:
 
 
 def sft(profile: Any, train: list[Any], work: Path, out: Path, start: Path | None, max_steps: int,
-        stop: Any = None) -> tuple[Path, int]:
+        stop: Any = None, *, device: str) -> tuple[Path, int]:
     """SFT on the training problems (from scratch when `start` is None); returns the saved checkpoint and the
     steps taken (fewer than `max_steps` when `stop(steps, backbone)` ends it)."""
     from data_prep import build_sft_examples
@@ -189,9 +201,9 @@ def sft(profile: Any, train: list[Any], work: Path, out: Path, start: Path | Non
     examples = [ex for ex in build_sft_examples(train, [], seed=profile.seed) if ex.agent == "policy"]  # no skills, no summaries
     if start is None:
         corpus = [m["content"] for ex in examples for m in ex.messages]
-        backbone = create_tiny_backbone(corpus, profile.model, seed=profile.seed, device=profile.gym.device)
+        backbone = create_tiny_backbone(corpus, profile.model, seed=profile.seed, device=device)
     else:
-        backbone = Backbone.load(start, profile.model, profile.gym.device)
+        backbone = Backbone.load(start, profile.model, device)
     stats = train_sft(backbone, examples, replace(profile.sft, max_steps=max_steps), MemoryLogger(), progress=False,
                       stop=None if stop is None else (lambda steps: stop(steps, backbone)))
     log(out, f"sft {work.name}: {stats.steps} steps on {len(examples)} examples, loss {stats.first_loss:.3f} -> {stats.final_loss:.3f}")
@@ -211,7 +223,7 @@ def calibration_stop(profile: Any, calib: list[Any], work: Path, out: Path, ever
     return stop
 
 
-def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, epochs: int) -> tuple[Path, int]:
+def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, epochs: int, device: str) -> tuple[Path, int]:
     """RL epochs on the fixed probe set; returns the last checkpoint and the optimizer steps taken."""
     from davinci.rl.epoch import EpochInputs, run_rl_epoch
     from davinci.skills import SkillStore
@@ -221,23 +233,40 @@ def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, ep
     for e in range(epochs):
         res = run_rl_epoch(EpochInputs(
             checkpoint_dir=str(ckpt), output_dir=str(work / f"epoch_{e:03d}"), skill_store_root=str(work / "skills"),
-            library_version=version, problems=tuple(probe), profile=profile, epoch=e, device=profile.gym.device))  # fmt: skip
+            library_version=version, problems=tuple(probe), profile=profile, epoch=e, device=device))  # fmt: skip
         ckpt, steps = Path(res.checkpoint_dir), steps + res.timing.steps
         tm = res.timing  # the epoch's wall split (issue 17: generation / evaluation / update / overlap)
         log(out, f"{work.name} epoch {e}: correct {res.metrics['correct_rate']:.3f}, reward {res.metrics['reward_turn_mean']:.3f}, "
                  f"kl {res.metrics.get('kl', 0):.4f}, {tm.steps} steps; seconds: generation {tm.generation_s:.1f}, "
-                 f"evaluation {tm.evaluation_s:.1f} ({tm.evaluations} evaluations), overlap {tm.overlap_s:.1f}, "
+                 f"evaluation {tm.evaluation_s:.1f} ({tm.evaluations} evaluations, {tm.evaluation_copies} of them copies), overlap {tm.overlap_s:.1f}, "
                  f"scoring {tm.scoring_s:.1f}, update {tm.update_s:.1f}, total {tm.total_s:.1f}")  # fmt: skip
+        log(out, f"{work.name} epoch {e}: {eval_phases(Path(res.rollouts_path))}")
     return ckpt, steps
 
 
-def heldout_correct(profile: Any, ckpt: Path, problems: list[Any], work: Path) -> list[float]:
+def eval_phases(rollouts: Path) -> str:
+    """Median seconds per evaluation phase (`details.phase_s`) and the wall, over an epoch's evaluated turns:
+    where the evaluation time went (setup includes the wait for a lane's fresh candidate process)."""
+    import statistics
+
+    from davinci.rl.records import read_rollouts
+
+    results = [t.result for rec in read_rollouts(rollouts) for t in rec.episode.turns
+               if t.result is not None and "copy_of" not in t.result.details]
+    if not results:
+        return "no evaluated turns"
+    phases = sorted({k for r in results for k in r.details.get("phase_s", {})})
+    parts = [f"{k} {statistics.median(r.details.get('phase_s', {}).get(k, 0.0) for r in results):.2f}" for k in phases]
+    return f"median s per evaluation ({len(results)}): wall {statistics.median(r.wall_s for r in results):.2f}, " + ", ".join(parts)
+
+
+def heldout_correct(profile: Any, ckpt: Path, problems: list[Any], work: Path, device: str) -> list[float]:
     """1.0 / 0.0 per problem: the best turn of a greedy episode of the checkpoint is correct."""
     from davinci.agents.evaluation import eval_profile
     from davinci.llm import Backbone
 
     prof = eval_profile(profile)
-    return correct_with(profile, Backbone.load(ckpt, prof.model, prof.gym.device), problems, work)
+    return correct_with(profile, Backbone.load(ckpt, prof.model, device), problems, work)
 
 
 def correct_with(profile: Any, backbone: Any, problems: list[Any], work: Path) -> list[float]:
@@ -351,12 +380,13 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
                stop: Any, mine: set[str]) -> tuple[Any, ...]:
     """Every stage in order, each computed here only when it is `mine` (else taken from disk, or NotHere)."""
     train, _calib, held, probe = splits
+    dev = args.device  # the model's; kernelgym's is profile.gym.device (--eval-device)
     # only the SFT checkpoint and its held-out score are waited for: every arm starts from them; any other missing
     # stage ends this process
     run = lambda name, fn: stage(work, out, name, fn, name in mine, args.wait_s if name in ("sft", "eval_before") else 0.0)  # noqa: E731
-    sft_ckpt, sft_steps = run("sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop)))
+    sft_ckpt, sft_steps = run("sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop, device=dev)))
     sft_ckpt = Path(sft_ckpt)
-    before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before"))
+    before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before", dev))
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
     if held and not sum(before) and not args.smoke_cpu:
         raise SystemExit(f"the SFT checkpoint solves 0 of {len(held)} held-out problems: nothing for RL or the controls to "
@@ -365,16 +395,16 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
                          "--lengths")
     flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
     if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
-        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
-        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
-    rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs)))
-    after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl"))
+        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs, dev)))
+        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev))
+    rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs, dev)))
+    after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl", dev))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
-    cont_ckpt, _ = run("sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1))))
-    after_sft = run("eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft"))
+    cont_ckpt, _ = run("sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1), device=dev)))
+    after_sft = run("eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft", dev))
     log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
-    flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs)))
-    after_flip = run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped"))
+    flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs, dev)))
+    after_flip = run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev))
     log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
     return before, after, after_sft, after_flip, sft_steps, steps
 
@@ -417,7 +447,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "ci95_low": lo, "ci95_high": hi, "control_sft_after": mean(after_sft), "control_flipped_after": mean(after_flip),
         "rl_optimizer_steps": steps, "sft_steps": sft_steps, "train_n": len(train), "calibration_n": len(calib),
         "probe_n": len(probe), "epochs": args.epochs,
-        "device": device_name(args.device), "commit": git_commit(), "wall_s": time.perf_counter() - T0, "args": vars(args),
+        "device": device_name(args.device), "eval_device": device_name(args.eval_device), "commit": git_commit(), "wall_s": time.perf_counter() - T0, "args": vars(args),
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     rows = [{"problem_id": p.id, "before": b, "rl": a, "sft": s, "flipped": f} for p, b, a, s, f in zip(held, before, after, after_sft, after_flip)]

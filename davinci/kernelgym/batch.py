@@ -10,6 +10,9 @@ A batch runs one thread per lane; each takes the next item, so a slow candidate 
 (`compile_workers`, a zygote with no GPU) into their content-hashed build folders, ahead of the GPU
 lanes, which then only load the finished extension.
 
+Identical (problem, source, backend) items of a batch are evaluated once (`config.dedup_batch`, on by
+default): a copy gets the evaluated item's result, marked `details["copy_of"]`.
+
 With `config.cluster` other than "local" ("local-dask:N" or a scheduler address), both entry points hand
 the work to `kernelgym.cluster` (chunks on Dask workers, each hosting its own lanes); callers do not change.
 """
@@ -22,6 +25,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any, Mapping, Sequence
 
 from davinci.kernelgym.config import GymConfig
@@ -67,12 +71,41 @@ def evaluate(problem: Problem, candidate: Candidate, config: GymConfig, *, seed:
 
 def evaluate_batch(items: Sequence[tuple[Problem, Candidate]], config: GymConfig, *, progress: bool = False,
                    seed: int | None = None) -> list[EvalResult]:
-    """Evaluate many candidates over all lanes (or `config.cluster`'s workers); results in the order of `items`."""
+    """Evaluate many candidates over all lanes (or `config.cluster`'s workers); results in the order of `items`.
+
+    With `config.dedup_batch` each distinct (problem, source, backend) is evaluated once and its copies get
+    the same result, marked `details["copy_of"]` = the position of the one evaluated."""
+    firsts, slot = unique_items(items) if config.dedup_batch else (list(range(len(items))), list(range(len(items))))
+    distinct = [items[i] for i in firsts]
     if config.cluster != "local":
         from davinci.kernelgym.cluster import evaluate_on_cluster
 
-        return evaluate_on_cluster(items, config, progress=progress, seed=seed)
-    return shared_evaluator(config).evaluate_batch(items, progress=progress, seed=seed)
+        results = evaluate_on_cluster(distinct, config, progress=progress, seed=seed)
+    else:
+        results = shared_evaluator(config).evaluate_batch(distinct, progress=progress, seed=seed)
+    return [results[k] if firsts[k] == i else copy_result(results[k], firsts[k]) for i, k in enumerate(slot)]
+
+
+def unique_items(items: Sequence[tuple[Problem, Candidate]]) -> tuple[list[int], list[int]]:
+    """(firsts, slot): `firsts[k]` is the position of the k-th distinct item, `slot[i]` the k of item i. Items are
+    the same evaluation when problem (id and text), source and backend are the same."""
+    firsts: list[int] = []
+    slot: list[int] = []
+    seen: dict[tuple[str, ...], int] = {}
+    for i, (problem, cand) in enumerate(items):
+        if isinstance(problem, Problem) and isinstance(cand, Candidate):
+            k = seen.setdefault((problem.id, problem.code_hash, cand.code_hash, cand.backend), len(firsts))
+        else:  # not a (Problem, Candidate): evaluated on its own, where the evaluator reports what is wrong with it
+            k = len(firsts)
+        if k == len(firsts):
+            firsts.append(i)
+        slot.append(k)
+    return firsts, slot
+
+
+def copy_result(result: EvalResult, first: int) -> EvalResult:
+    """The result of the evaluation at position `first`, for a copy of its candidate."""
+    return replace(result, details={**result.details, "copy_of": first})
 
 
 class Prebuilder:

@@ -55,6 +55,10 @@ class GymConfig:
     checks: str = "strict"
     # Parallel evaluation lanes (0 = one per visible GPU, or 2 on CPU).
     workers: int = 0
+    # `evaluate_batch` evaluates each distinct (problem, source, backend) once and gives its copies the same
+    # result (`details["copy_of"]`): an RL group repeats the same completion often, and the copies would take
+    # turns on one build folder. Off for benchmarks that repeat a candidate on purpose.
+    dedup_batch: bool = True
 
     # --- correctness ---
     # Input distributions cycled over the trials (kernelgym.inputs.DISTRIBUTIONS).

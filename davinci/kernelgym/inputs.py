@@ -80,26 +80,31 @@ _SAME_SIZE_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 @DISTRIBUTIONS.register("spikes")
 def spikes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """The native values, except a few (about 16 per tensor, at most one in 8192) pushed 4-64 times the
-    tensor's largest magnitude further out, away from zero.
+    """The native values, except a few (about 16 per tensor, at most one in 8192) pushed 256-4096 times the
+    tensor's largest magnitude further out, away from zero (at most the dtype's largest value / 256, so the
+    input stays finite with room for sums and squares in float32).
 
     Almost every value stays in the problem's own range, so an approximation chosen because a sample of the
     input looked native (a lookup table, a truncated series, skipping the max of a softmax) meets the few
-    that are not. Which values move: outside the tensor's first eighth and every row's first eighth (where a
-    sample is usually taken), by a seeded hash of the position; in a square matrix, by a hash of the value instead, so equal entries move
-    together and symmetry and triangles survive. Zeros and signs always do.
+    that are not. The factor starts at 256: a softmax without its max pass overflows float32 once a value is
+    88 above whatever fixed shift it subtracts, and a shift that keeps unit-scale rows from underflowing is
+    at most ~87, so every such window ends below 256 x a unit maximum (a shift of 45 passed at 4-64 x).
+    Which values move: outside the tensor's first eighth and every row's first eighth (where a sample is
+    usually taken), by a seeded hash of the position; in a square matrix, by a hash of the value instead, so
+    equal entries move together and symmetry and triangles survive. Zeros and signs always do.
     """
     if not x.is_floating_point() or x.element_size() not in _SAME_SIZE_INT or not x.numel():
         return x
     salt = int(torch.randint(0, 1 << 30, (), generator=gen, device=gen.device))
-    factor = 2.0 ** float(2.0 + 4.0 * torch.rand((), generator=gen, device=gen.device))
+    factor = 2.0 ** float(8.0 + 4.0 * torch.rand((), generator=gen, device=gen.device))
     top = _absmax(x)
+    amount = min(factor * top, torch.finfo(x.dtype).max / 256.0)
     by_value = x.dim() >= 2 and x.shape[-1] == x.shape[-2]
     skip = 0 if by_value else max(1, x.numel() // 8)
     cols = int(x.shape[-1]) if x.dim() else 1
     rate = int(min(8192, max(32, (x.numel() - skip) // 16)))
     if fused.maps(x):  # one pass on a GPU, the same positions
-        return fused.spikes_(x, salt, rate, skip, cols, factor * top, by_value)
+        return fused.spikes_(x, salt, rate, skip, cols, amount, by_value)
     start = 0
     for c in _chunks(x):
         if by_value:
@@ -110,7 +115,7 @@ def spikes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         picked = (mixed & 0x7FFFFFFF) % rate == 0
         if not by_value:  # not in the flat first eighth, nor in the first eighth of any row
             picked &= (key >= skip) & (key % cols >= cols // 8)
-        c.add_(torch.where(picked, torch.sign(c) * (factor * top), 0.0).to(c.dtype))
+        c.add_(torch.where(picked, torch.sign(c) * amount, 0.0).to(c.dtype))
         start += c.numel()
     return x
 

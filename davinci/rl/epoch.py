@@ -99,6 +99,7 @@ class EpochTiming:
     train_tokens_per_s: float = 0.0
     steps: int = 0
     evaluations: int = 0
+    evaluation_copies: int = 0  # of `evaluations`, copies of another item in the same batch (not evaluated again)
 
 
 @dataclass(frozen=True)
@@ -278,6 +279,7 @@ def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, 
         "scoring_s": scored.scoring_s,
         "generated_tokens": backend.tokens,
         "evaluations": evaluate.items,
+        "evaluation_copies": evaluate.copies,
     }
     meta = {"samples_digest": digest, "library_version": library.version, "metrics": metrics, "timing": timing, "served_version": served_version}
     _write_json(out / ro.META, meta)  # last: its presence marks the rollout phase complete
@@ -370,7 +372,7 @@ def _finish(inputs: EpochInputs, out: Path, meta: dict[str, Any], progress: Prog
         scoring_s=tm["scoring_s"], update_s=t_update, total_s=time.perf_counter() - t_start,
         generated_tokens=int(tm["generated_tokens"]), generation_tokens_per_s=tm["generated_tokens"] / max(tm["generation_s"], 1e-9),
         train_tokens=train_tokens, train_tokens_per_s=train_tokens / max(sum(r.get("rl/update_s", 0.0) for r in steps), 1e-9),
-        steps=len(steps), evaluations=int(tm["evaluations"]),
+        steps=len(steps), evaluations=int(tm["evaluations"]), evaluation_copies=int(tm.get("evaluation_copies", 0)),
     )  # fmt: skip
     metrics = dict(meta["metrics"])
     if steps:

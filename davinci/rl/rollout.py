@@ -90,7 +90,8 @@ class TimedBackend:
 
 
 class TimedCall:
-    """Wraps the evaluate function the episode runner calls: same call, plus seconds, items and intervals.
+    """Wraps the evaluate function the episode runner calls: same call, plus seconds, items (and how many of
+    them were copies, `copy_of`) and intervals.
 
     Thread-safe: the runner may call it from its overlap thread while generation runs."""
 
@@ -98,18 +99,23 @@ class TimedCall:
         self.fn = fn
         self.seconds = 0.0
         self.items = 0
+        self.copies = 0
         self.intervals: list[tuple[float, float]] = []
         self._lock = threading.Lock()
 
     def __call__(self, items: Sequence[Any], *args: Any, **kwargs: Any) -> list[Any]:
         t0 = time.perf_counter()
+        results: list[Any] = []
         try:
-            return self.fn(items, *args, **kwargs)
+            results = self.fn(items, *args, **kwargs)
+            return results
         finally:
             t1 = time.perf_counter()
             with self._lock:
                 self.seconds += t1 - t0
                 self.items += len(items)
+                # copies of an item evaluated in the same batch (kernelgym's `dedup_batch`): not evaluated again
+                self.copies += sum("copy_of" in (getattr(r, "details", None) or {}) for r in results)
                 self.intervals.append((t0, t1))
 
 

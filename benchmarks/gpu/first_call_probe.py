@@ -1,0 +1,98 @@
+"""Where a fresh candidate process spends its time on the GPU before and in its first forward.
+
+kernelgym runs every candidate in a fresh process. On the H200 under gVisor a 1-lane batch paid ~0.5 s in
+correctness call #0 (`details.runs_ms`), and with 8 lanes per GPU on a busy 4-GPU host the learning demo's
+correctness-only evaluations took ~10 s each. Two questions, one table each:
+
+1. the steps of one fresh process, each timed on its own: torch/triton import (the fork server has them),
+   CUDA initialisation (the warm spare does it), Triton's driver, a Triton kernel's first and second launch,
+   cuBLAS's first matmul. Three passes on one Triton cache folder: the first compiles, the later ones find
+   everything cached (a repeated candidate's build folder);
+2. N fresh processes started at once (N = 1, 4, 8, 16), each timing its CUDA initialisation: if the driver
+   (or the sandbox's GPU proxy) serialises context creation, the median grows with N, and one process per
+   candidate is what bounds throughput with many lanes.
+
+    PYTHONPATH=. python benchmarks/gpu/first_call_probe.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CHILD = r'''
+import json, time
+T = {}
+t = time.perf_counter()
+import torch, triton, triton.language as tl
+T["import"] = time.perf_counter() - t
+t = time.perf_counter(); torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
+T["cuda_init"] = time.perf_counter() - t
+t = time.perf_counter(); d = triton.runtime.driver.active; d.get_current_device(); d.utils
+T["triton_driver"] = time.perf_counter() - t
+
+@triton.jit
+def relu(x, y, n, B: tl.constexpr):
+    o = tl.program_id(0) * B + tl.arange(0, B)
+    m = o < n  # the tail block's lanes past n
+    tl.store(y + o, tl.maximum(tl.load(x + o, mask=m), 0), mask=m)
+
+x = torch.randn(1 << 20, device="cuda"); y = torch.empty_like(x)
+t = time.perf_counter(); relu[(x.numel() // 1024,)](x, y, x.numel(), B=1024); torch.cuda.synchronize()
+T["triton_first_launch"] = time.perf_counter() - t
+t = time.perf_counter(); relu[(x.numel() // 1024,)](x, y, x.numel(), B=1024); torch.cuda.synchronize()
+T["triton_second_launch"] = time.perf_counter() - t
+a = torch.randn(512, 512, device="cuda")
+t = time.perf_counter(); a @ a; torch.cuda.synchronize()
+T["cublas_first_mm"] = time.perf_counter() - t
+t = time.perf_counter(); torch.nn.functional.softmax(a, -1); torch.cuda.synchronize()
+T["first_softmax"] = time.perf_counter() - t
+print(json.dumps(T))
+'''
+
+
+INIT = r'''
+import json, sys, time
+import torch
+sys.stdin.readline()  # every process imported torch; all start CUDA together
+t = time.perf_counter(); torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
+print(json.dumps({"cuda_init": time.perf_counter() - t}))
+'''
+
+
+def concurrent_init(n: int) -> list[float]:
+    """CUDA initialisation seconds of `n` fresh processes released at the same moment."""
+    procs = [subprocess.Popen([sys.executable, "-c", INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    time.sleep(3.0 + 0.2 * n)  # their torch imports
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    return sorted(json.loads(p.communicate()[0].strip().splitlines()[-1])["cuda_init"] for p in procs)
+
+
+def main() -> None:
+    cache = tempfile.mkdtemp(prefix="probe-triton-")
+    rows = []
+    for label in ("cold cache", "warm cache", "warm cache again"):
+        env = dict(os.environ, TRITON_CACHE_DIR=cache)
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
+        total = time.perf_counter() - t
+        rows.append((label, total, json.loads(out.stdout.strip().splitlines()[-1])))
+    keys = list(rows[0][2])
+    print(f"{'pass':18s} {'process s':>9s} " + " ".join(f"{k:>20s}" for k in keys))
+    for label, total, t in rows:
+        print(f"{label:18s} {total:9.3f} " + " ".join(f"{t[k] * 1000:18.1f}ms" for k in keys))
+    print(f"\n{'processes at once':>17s} {'CUDA init median ms':>20s} {'max ms':>8s}")
+    for n in (1, 4, 8, 16):
+        secs = concurrent_init(n)
+        print(f"{n:17d} {1000 * secs[len(secs) // 2]:20.1f} {1000 * secs[-1]:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
