@@ -8,9 +8,12 @@ correctness-only evaluations took ~10 s each. Two questions, one table each:
    CUDA initialisation (the warm spare does it), Triton's driver, a Triton kernel's first and second launch,
    cuBLAS's first matmul. Three passes on one Triton cache folder: the first compiles, the later ones find
    everything cached (a repeated candidate's build folder);
-2. N fresh processes started at once (N = 1, 4, 8, 16), each timing its CUDA initialisation: if the driver
-   (or the sandbox's GPU proxy) serialises context creation, the median grows with N, and one process per
-   candidate is what bounds throughput with many lanes.
+2. N fresh processes released at once, once every one of them has imported torch (N = 1, 4, 8, 16), each
+   timing its CUDA initialisation: if the driver (or the sandbox's GPU proxy) serialises context creation,
+   the median grows with N, and one process per candidate is what bounds throughput with many lanes.
+
+The children are files in a temporary folder (`@triton.jit` needs its source in a file); a child that fails
+prints its stderr in the table's place, and every wait has a timeout.
 
     PYTHONPATH=. python benchmarks/gpu/first_call_probe.py
 """
@@ -23,8 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-CHILD = r'''
+STEPS = r'''
 import json, time
 T = {}
 t = time.perf_counter()
@@ -35,11 +39,13 @@ T["cuda_init"] = time.perf_counter() - t
 t = time.perf_counter(); d = triton.runtime.driver.active; d.get_current_device(); d.utils
 T["triton_driver"] = time.perf_counter() - t
 
+
 @triton.jit
 def relu(x, y, n, B: tl.constexpr):
     o = tl.program_id(0) * B + tl.arange(0, B)
     m = o < n  # the tail block's lanes past n
     tl.store(y + o, tl.maximum(tl.load(x + o, mask=m), 0), mask=m)
+
 
 x = torch.randn(1 << 20, device="cuda"); y = torch.empty_like(x)
 t = time.perf_counter(); relu[(x.numel() // 1024,)](x, y, x.numel(), B=1024); torch.cuda.synchronize()
@@ -54,43 +60,75 @@ T["first_softmax"] = time.perf_counter() - t
 print(json.dumps(T))
 '''
 
-
 INIT = r'''
 import json, sys, time
 import torch
-sys.stdin.readline()  # every process imported torch; all start CUDA together
+print("ready", flush=True)
+sys.stdin.readline()  # released together with the others
 t = time.perf_counter(); torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
-print(json.dumps({"cuda_init": time.perf_counter() - t}))
+print(json.dumps({"cuda_init": time.perf_counter() - t}), flush=True)
 '''
 
+TIMEOUT_S = 120.0
 
-def concurrent_init(n: int) -> list[float]:
-    """CUDA initialisation seconds of `n` fresh processes released at the same moment."""
-    procs = [subprocess.Popen([sys.executable, "-c", INIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for _ in range(n)]
-    time.sleep(3.0 + 0.2 * n)  # their torch imports
-    for p in procs:
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    return sorted(json.loads(p.communicate()[0].strip().splitlines()[-1])["cuda_init"] for p in procs)
+
+def steps_table(folder: Path) -> None:
+    script = folder / "steps.py"
+    script.write_text(STEPS)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(folder / "triton-cache"))
+    keys: list[str] = []
+    for label in ("cold cache", "warm cache", "warm cache again"):
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        total = time.perf_counter() - t
+        if out.returncode != 0:
+            print(f"{label}: the child failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+            continue
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        if not keys:
+            keys = list(row)
+            print(f"{'pass':18s} {'process s':>9s} " + " ".join(f"{k:>20s}" for k in keys))
+        print(f"{label:18s} {total:9.3f} " + " ".join(f"{row[k] * 1000:18.1f}ms" for k in keys))
+
+
+def concurrent_init(script: Path, n: int) -> tuple[list[float], str]:
+    """CUDA initialisation seconds of `n` fresh processes released at the same moment, and any failure."""
+    procs = [subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    try:
+        for p in procs:  # every child has imported torch before any is released
+            if p.stdout.readline().strip() != "ready":
+                return [], f"a child did not start: {p.stderr.read()[-1000:]}"
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        secs = []
+        for p in procs:
+            out, err = p.communicate(timeout=TIMEOUT_S)
+            lines = out.strip().splitlines()
+            if p.returncode != 0 or not lines:
+                return secs, f"a child failed (exit {p.returncode}): {err[-1000:]}"
+            secs.append(json.loads(lines[-1])["cuda_init"])
+        return sorted(secs), ""
+    except (subprocess.TimeoutExpired, BrokenPipeError, ValueError) as exc:
+        return [], f"{type(exc).__name__}: {exc}"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
 
 
 def main() -> None:
-    cache = tempfile.mkdtemp(prefix="probe-triton-")
-    rows = []
-    for label in ("cold cache", "warm cache", "warm cache again"):
-        env = dict(os.environ, TRITON_CACHE_DIR=cache)
-        t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True)
-        total = time.perf_counter() - t
-        rows.append((label, total, json.loads(out.stdout.strip().splitlines()[-1])))
-    keys = list(rows[0][2])
-    print(f"{'pass':18s} {'process s':>9s} " + " ".join(f"{k:>20s}" for k in keys))
-    for label, total, t in rows:
-        print(f"{label:18s} {total:9.3f} " + " ".join(f"{t[k] * 1000:18.1f}ms" for k in keys))
+    folder = Path(tempfile.mkdtemp(prefix="first-call-probe-"))
+    steps_table(folder)
+    script = folder / "init.py"
+    script.write_text(INIT)
     print(f"\n{'processes at once':>17s} {'CUDA init median ms':>20s} {'max ms':>8s}")
     for n in (1, 4, 8, 16):
-        secs = concurrent_init(n)
+        secs, failure = concurrent_init(script, n)
+        if failure:
+            print(f"{n:17d} failed: {failure}")
+            continue
         print(f"{n:17d} {1000 * secs[len(secs) // 2]:20.1f} {1000 * secs[-1]:8.1f}")
 
 

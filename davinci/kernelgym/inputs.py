@@ -81,8 +81,8 @@ _SAME_SIZE_INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 @DISTRIBUTIONS.register("spikes")
 def spikes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """The native values, except a few (about 16 per tensor, at most one in 8192) pushed 256-4096 times the
-    tensor's largest magnitude further out, away from zero (at most the dtype's largest value / 256, so the
-    input stays finite with room for sums and squares in float32).
+    tensor's largest magnitude further out, away from zero, and never beyond a quarter of the square root of
+    the dtype's largest value (64 in half precision): a square of a spike stays finite in the input's own dtype.
 
     Almost every value stays in the problem's own range, so an approximation chosen because a sample of the
     input looked native (a lookup table, a truncated series, skipping the max of a softmax) meets the few
@@ -98,7 +98,7 @@ def spikes(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     salt = int(torch.randint(0, 1 << 30, (), generator=gen, device=gen.device))
     factor = 2.0 ** float(8.0 + 4.0 * torch.rand((), generator=gen, device=gen.device))
     top = _absmax(x)
-    amount = min(factor * top, torch.finfo(x.dtype).max / 256.0)
+    amount = min(factor * top, torch.finfo(x.dtype).max ** 0.5 / 4.0)
     by_value = x.dim() >= 2 and x.shape[-1] == x.shape[-2]
     skip = 0 if by_value else max(1, x.numel() // 8)
     cols = int(x.shape[-1]) if x.dim() else 1

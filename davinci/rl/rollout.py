@@ -107,7 +107,7 @@ class TimedCall:
         t0 = time.perf_counter()
         results: list[Any] = []
         try:
-            results = self.fn(items, *args, **kwargs)
+            results = list(self.fn(items, *args, **kwargs))  # (a generator would be spent by the count below)
             return results
         finally:
             t1 = time.perf_counter()

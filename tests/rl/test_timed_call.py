@@ -28,3 +28,12 @@ def test_a_failing_evaluate_still_counts_its_items_and_time():
     except RuntimeError:
         pass
     assert (call.items, call.copies, len(call.intervals)) == (2, 0, 1)
+
+
+def test_an_evaluate_that_yields_still_hands_every_result_to_the_runner():
+    def evaluate(items):
+        for _ in items:
+            yield SimpleNamespace(details={"copy_of": 0})
+
+    call = TimedCall(evaluate)
+    assert len(call(["a", "b", "c"])) == 3 and call.copies == 3
