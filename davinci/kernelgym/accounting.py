@@ -161,8 +161,9 @@ class PoisonMode(TorchDispatchMode):
         self.marks = 0  # HIDDEN_MARK ranges opened (the profiler's record must hold no more: hidden.HiddenWork)
         # (start, bytes, element size) of the inputs' storages and of every copy glue made of them (`derive`)
         self.derived: list[tuple[int, int, int]] = []
-        # (copy, source) of every bit-exact glue copy (clone, copy_, same-dtype _to_copy): an output that is a
-        # copy of the kernels' stores is theirs (`StoreRecorder.kernel_share`), e.g. `buf[:, :n].contiguous()`
+        # (copy, source) of every bit-exact glue copy (clone, copy_, same-dtype _to_copy, and each slice of a
+        # cat / stack): an output that is a copy of the kernels' stores is theirs (`StoreRecorder.kernel_share`),
+        # e.g. `buf[:, :n].contiguous()` or `torch.cat([a, b])` of two kernels' buffers
         self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def track_inputs(self, values: Any) -> int:
@@ -181,11 +182,25 @@ class PoisonMode(TorchDispatchMode):
             self.derived += [_extent(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
 
     def _note_copy(self, name: str, args: Any, out: Any) -> None:
+        if name in ("cat", "stack") and args and isinstance(out, torch.Tensor):
+            self._note_pieces(name, args, out)
+            return
         src = args[1] if name in ("copy", "copy_") and len(args) > 1 else (args[0] if args else None)
         dst = args[0] if name == "copy_" and args else out  # functional `copy` returns the copy
         if name in ("clone", "copy", "copy_", "_to_copy") and isinstance(src, torch.Tensor) and \
                 isinstance(dst, torch.Tensor) and src.shape == dst.shape and src.dtype == dst.dtype:
             self.copies.append((dst, src))
+
+    def _note_pieces(self, name: str, args: Any, out: Any) -> None:
+        """`cat` / `stack`: each input is a bit-exact copy of the output's slice along the joined dim."""
+        tensors = [t for t in args[0] if isinstance(t, torch.Tensor) and t.numel()]
+        dim = (args[1] if len(args) > 1 else 0) % max(1, out.dim())
+        offset = 0
+        for t in tensors:
+            piece = out.select(dim, offset) if name == "stack" else out.narrow(dim, offset, t.shape[dim])
+            offset += 1 if name == "stack" else t.shape[dim]
+            if piece.shape == t.shape and piece.dtype == t.dtype:
+                self.copies.append((piece, t))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         before = self.launches()
@@ -366,6 +381,7 @@ class StoreRecorder:
             hit = np.zeros(leaf.numel(), dtype=bool)
             for view in _copy_chain(leaf, copies):  # the output itself, then what it was copied from
                 hit |= _stored_here(view, out_vals, *last)
+            _credit_pieces(leaf, out_vals, hit, copies, last)
             produced += int(hit.sum())
         return produced / total if total else None
 
@@ -392,6 +408,35 @@ def _stored_here(view: torch.Tensor, values: Any, uniq: Any, last: Any) -> Any:
     addrs = view.data_ptr() + (offsets * strides).sum(axis=0) * size if view.dim() else np.array([view.data_ptr()])
     idx = np.clip(np.searchsorted(uniq, addrs), 0, len(uniq) - 1)
     return (uniq[idx] == addrs) & (last[idx] == values)
+
+
+def _addresses(view: torch.Tensor) -> Any:
+    """[N] the byte address of each element of `view`, in its logical (row-major) order."""
+    import numpy as np
+
+    if not view.dim():
+        return np.array([view.data_ptr()], dtype=np.int64)
+    offsets = np.indices(tuple(view.shape)).reshape(view.dim(), -1)
+    strides = np.array(view.stride(), dtype=np.int64).reshape(-1, 1)
+    return view.data_ptr() + (offsets * strides).sum(axis=0) * view.element_size()
+
+
+def _credit_pieces(leaf: torch.Tensor, values: Any, hit: Any, copies: Sequence[tuple[Any, Any]], last: Any) -> None:
+    """Mark in `hit` [N] the elements of `leaf` that a glue copy into a piece of it (`torch.cat`'s and
+    `torch.stack`'s slices) took from an element a kernel stored with the same value."""
+    import numpy as np
+
+    pieces = [(d, src) for d, src in copies if d.numel() < leaf.numel() and d.dtype == leaf.dtype
+              and d.untyped_storage().data_ptr() == leaf.untyped_storage().data_ptr()]
+    if not pieces:
+        return
+    addrs = _addresses(leaf)
+    order = np.argsort(addrs)
+    for d, src in pieces:
+        where = np.searchsorted(addrs, _addresses(d), sorter=order)
+        where = order[np.clip(where, 0, len(order) - 1)]
+        inside = addrs[where] == _addresses(d)  # the piece's elements that are elements of the output
+        hit[where[inside]] |= _stored_here(src, values[where], *last)[inside]
 
 
 def _copy_chain(leaf: torch.Tensor, copies: Sequence[tuple[Any, Any]]) -> list[torch.Tensor]:

@@ -35,3 +35,29 @@ def test_atomic_stores_count_with_the_value_they_leave():
     assert rec.kernel_share([x]) == 1.0
     x[3] = 5  # written after the kernels: not theirs
     assert rec.kernel_share([x]) == pytest.approx(15 / 16)
+
+
+@triton.jit
+def _double(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n  # the lanes past n
+    tl.store(dst + offs, tl.load(src + offs, mask=m) * 2.0, mask=m)
+
+
+def test_a_cat_of_kernel_buffers_is_the_kernels_work_and_other_pieces_are_not():
+    from davinci.kernelgym.accounting import PoisonMode
+
+    rec = StoreRecorder()
+    assert rec.install()
+    x = torch.arange(1, 9, dtype=torch.float32)
+    a, b = torch.empty(8), torch.empty(8)
+    other = torch.from_numpy((x.numpy() * 3.0).copy())  # computed out of the kernels' sight
+    rec.start()
+    with PoisonMode(track_copies=True) as mode:
+        _double[(1,)](x, a, 8, BLOCK=8)
+        _double[(1,)](x, b, 8, BLOCK=8)
+        both = torch.cat([a, b])
+        mixed = torch.stack([a, other])
+    rec.stop()
+    assert rec.kernel_share([both], mode.copies) == 1.0  # every element a copy of a kernel's store
+    assert rec.kernel_share([mixed], mode.copies) == 0.5  # hand-computed: one of two rows
