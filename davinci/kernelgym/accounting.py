@@ -402,10 +402,7 @@ def _stored_here(view: torch.Tensor, values: Any, uniq: Any, last: Any) -> Any:
     """[N] bool: whether the last value a kernel stored at each element's address in `view` is `values`' value."""
     import numpy as np
 
-    size = view.element_size()
-    offsets = np.indices(tuple(view.shape)).reshape(view.dim(), -1) if view.dim() else np.zeros((0, 1), int)
-    strides = np.array(view.stride(), dtype=np.int64).reshape(-1, 1)
-    addrs = view.data_ptr() + (offsets * strides).sum(axis=0) * size if view.dim() else np.array([view.data_ptr()])
+    addrs = _addresses(view)
     idx = np.clip(np.searchsorted(uniq, addrs), 0, len(uniq) - 1)
     return (uniq[idx] == addrs) & (last[idx] == values)
 
@@ -433,9 +430,9 @@ def _credit_pieces(leaf: torch.Tensor, values: Any, hit: Any, copies: Sequence[t
     addrs = _addresses(leaf)
     order = np.argsort(addrs)
     for d, src in pieces:
-        where = np.searchsorted(addrs, _addresses(d), sorter=order)
-        where = order[np.clip(where, 0, len(order) - 1)]
-        inside = addrs[where] == _addresses(d)  # the piece's elements that are elements of the output
+        piece = _addresses(d)
+        where = order[np.clip(np.searchsorted(addrs, piece, sorter=order), 0, len(order) - 1)]
+        inside = addrs[where] == piece  # the piece's elements that are elements of the output
         hit[where[inside]] |= _stored_here(src, values[where], *last)[inside]
 
 
