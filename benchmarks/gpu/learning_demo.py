@@ -217,7 +217,7 @@ def calibration_stop(profile: Any, calib: list[Any], work: Path, out: Path, ever
         if not calib or steps % every:
             return False
         backbone.model.eval()
-        rate = sum(correct_with(profile, backbone, calib, work / f"calib_{steps:05d}")) / len(calib)
+        rate = sum(correct_with(profile, backbone, calib, work / f"calib_{steps:05d}", out)) / len(calib)
         log(out, f"calibration after {steps} SFT steps: {rate:.3f} of {len(calib)} (stop at {target:.2f})")
         return rate >= target
     return stop
@@ -260,23 +260,59 @@ def eval_phases(rollouts: Path) -> str:
     return f"median s per evaluation ({len(results)}): wall {statistics.median(r.wall_s for r in results):.2f}, " + ", ".join(parts)
 
 
-def heldout_correct(profile: Any, ckpt: Path, problems: list[Any], work: Path, device: str) -> list[float]:
+def heldout_correct(profile: Any, ckpt: Path, problems: list[Any], work: Path, device: str, out: Path) -> list[float]:
     """1.0 / 0.0 per problem: the best turn of a greedy episode of the checkpoint is correct."""
     from davinci.agents.evaluation import eval_profile
     from davinci.llm import Backbone
 
     prof = eval_profile(profile)
-    return correct_with(profile, Backbone.load(ckpt, prof.model, device), problems, work)
+    return correct_with(profile, Backbone.load(ckpt, prof.model, device), problems, work, out)
 
 
-def correct_with(profile: Any, backbone: Any, problems: list[Any], work: Path) -> list[float]:
+def correct_with(profile: Any, backbone: Any, problems: list[Any], work: Path, out: Path) -> list[float]:
+    """Greedy correctness per problem; the verdicts' breakdown goes to the log, so that an evaluator failing for
+    its own reasons shows as errors, not as a model that has not learnt."""
     from davinci.agents.evaluation import eval_profile, problem_record, run_eval
     from davinci.kernelgym import evaluate_batch
     from davinci.llm import make_backend
 
     prof = eval_profile(profile)
     episodes = run_eval(prof, problems, make_backend(backbone, prof.model), (), lambda items: evaluate_batch(items, prof.gym), work / "episodes.jsonl")
+    log(out, f"{work.name}: {verdict_breakdown([episodes.get(p.id) for p in problems])}")
     return [float(problem_record(p, episodes.get(p.id))["correct"]) for p in problems]
+
+
+def verdict_breakdown(episodes: list[Any]) -> str:
+    """'correct 7, mismatch 20, compile 5; e.g. compile: <first error>' over the episodes' best turns."""
+    from collections import Counter
+
+    best = [ep.best_turn() if ep is not None else None for ep in episodes]
+    results = [t.result if t is not None else None for t in best]
+    kinds = Counter("correct" if r is not None and r.correct else (r.error_kind or "wrong") if r is not None else "no_code"
+                    for r in results)
+    text = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
+    failing = [r for r in results if r is not None and not r.correct and r.error]
+    if failing:
+        text += f"; e.g. {failing[0].error_kind}: {failing[0].error.strip().splitlines()[-1][:200]}"
+    return text
+
+
+def check_evaluator(profile: Any, problems: list[Any], out: Path) -> None:
+    """The problems' reference solutions through the same evaluator the demo uses: all must be correct, or the run
+    stops here with the evaluator's own error (a broken evaluator would otherwise read as 0% learnt)."""
+    from davinci.agents.evaluation import eval_profile
+    from davinci.kernelgym import evaluate_batch
+    from davinci.types import Candidate
+
+    gym = eval_profile(profile).gym
+    items = [(p, Candidate(problem_id=p.id, code=p.reference_solution, backend="triton")) for p in problems if p.reference_solution]
+    bad = [(p, r) for (p, _), r in zip(items, evaluate_batch(items, gym)) if not r.correct]
+    log(out, f"evaluator check on gym.device={gym.device}: {len(items) - len(bad)}/{len(items)} reference solutions correct")
+    if bad:
+        p, r = bad[0]
+        raise SystemExit(f"the evaluator (gym.device={gym.device}) rejects {len(bad)} of {len(items)} reference solutions, e.g. "
+                         f"{p.id}: {r.error_kind}: {r.error.strip()[-600:]} {dict(r.flag_reasons)}. Fix the evaluator's "
+                         "environment (or --eval-device) before training: every candidate would fail the same way")
 
 
 def _ckpt_and_steps(pair: tuple[Path, int]) -> list[Any]:
@@ -386,7 +422,7 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
     run = lambda name, fn: stage(work, out, name, fn, name in mine, args.wait_s if name in ("sft", "eval_before") else 0.0)  # noqa: E731
     sft_ckpt, sft_steps = run("sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop, device=dev)))
     sft_ckpt = Path(sft_ckpt)
-    before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before", dev))
+    before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before", dev, out))
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
     if held and not sum(before) and not args.smoke_cpu:
         raise SystemExit(f"the SFT checkpoint solves 0 of {len(held)} held-out problems: nothing for RL or the controls to "
@@ -396,15 +432,15 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
     flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
     if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
         flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs, dev)))
-        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev))
+        run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev, out))
     rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs, dev)))
-    after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl", dev))
+    after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl", dev, out))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
     cont_ckpt, _ = run("sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1), device=dev)))
-    after_sft = run("eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft", dev))
+    after_sft = run("eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft", dev, out))
     log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
     flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs, dev)))
-    after_flip = run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev))
+    after_flip = run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev, out))
     log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
     return before, after, after_sft, after_flip, sft_steps, steps
 
@@ -432,6 +468,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     mine = set(args.stages.split(",")) - {""} or set(STAGES)
     if mine - set(STAGES):
         raise SystemExit(f"--stages {args.stages}: unknown {sorted(mine - set(STAGES))}; stages: {', '.join(STAGES)}")
+    check_evaluator(profile, (calib or held)[:4], out)
     try:
         results = run_stages(args, profile, (train, calib, held, probe), work, out, stop, mine)
     except NotHere as waiting:  # another process runs it; this one has done its part
