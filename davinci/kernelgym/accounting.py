@@ -248,6 +248,22 @@ class PoisonMode(TorchDispatchMode):
 HIDDEN_MARK = "kernelgym::dispatched"
 
 
+def plain_load(load: Any) -> Any:
+    """`read(builder, ptrs, mask)`: the interpreter's masked load with no `other`, no cache or eviction hints and
+    not volatile, whatever its trailing parameters are called in this Triton release."""
+    import inspect
+
+    names = list(inspect.signature(load).parameters)[1:]  # after the builder
+    if names[:2] != ["ptrs", "mask"]:
+        raise RuntimeError(f"this Triton's InterpreterBuilder.create_masked_load{tuple(names)} does not start with (ptrs, "
+                           "mask): the CPU store record cannot read memory back; install the Triton release torch pins")
+
+    def read(builder: Any, ptrs: Any, mask: Any) -> Any:
+        rest = [False if "volatile" in n else None for n in names[2:]]
+        return load(builder, ptrs, mask, *rest)
+    return read
+
+
 class StoreRecorder:
     """On the CPU (Triton interpreter): the address and value of every element a Triton kernel stores while
     `recording`, so that the output's provenance can be checked afterwards (`kernel_share`).
@@ -264,43 +280,45 @@ class StoreRecorder:
         self.loads: list[Any] = []  # addresses the kernels loaded while recording
         self.installed = False
 
-    def install(self) -> bool:
-        try:
-            from triton.runtime.interpreter import InterpreterBuilder
-        except Exception:
-            return False
-        original, rec = InterpreterBuilder.create_masked_store, self
+    def install(self, builder_cls: Any = None) -> bool:
+        """Wrap the interpreter's store, load and atomic entry points (of `builder_cls`, default Triton's
+        `InterpreterBuilder`). The wrappers name only the leading arguments they read and pass the rest on as
+        given: the trailing ones differ between Triton releases (3.6 has an eviction policy that 3.9 dropped)."""
+        if builder_cls is None:
+            try:
+                from triton.runtime.interpreter import InterpreterBuilder as builder_cls
+            except Exception:
+                return False
+        original, load, rec = builder_cls.create_masked_store, builder_cls.create_masked_load, self
 
-        def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, cache_policy: Any) -> Any:
+        def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, *rest: Any) -> Any:
             if rec.recording:
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
                 vals = np.broadcast_to(value.data, ptrs.data.shape)
                 rec.stores.append((ptrs.data[keep].astype(np.int64).ravel(), np.array(vals[keep]).ravel()))
-            return original(builder, ptrs, value, mask, cache_policy)
+            return original(builder, ptrs, value, mask, *rest)
 
-        load = InterpreterBuilder.create_masked_load
-
-        def create_masked_load(builder: Any, ptrs: Any, mask: Any, other: Any, cache_policy: Any, is_volatile: Any) -> Any:
+        def create_masked_load(builder: Any, ptrs: Any, mask: Any, *rest: Any) -> Any:
             if rec.recording:
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
                 rec.loads.append(ptrs.data[keep].astype(np.int64).ravel())
-            return load(builder, ptrs, mask, other, cache_policy, is_volatile)
+            return load(builder, ptrs, mask, *rest)
 
-        InterpreterBuilder.create_masked_store = create_masked_store
-        InterpreterBuilder.create_masked_load = create_masked_load  # every load path of the interpreter ends here
-        self._install_atomics(InterpreterBuilder, load)
+        builder_cls.create_masked_store = create_masked_store
+        builder_cls.create_masked_load = create_masked_load  # every load path of the interpreter ends here
+        self._install_atomics(builder_cls, plain_load(load))
         self.installed = True
         return True
 
-    def _install_atomics(self, builder_cls: Any, load: Any) -> None:
+    def _install_atomics(self, builder_cls: Any, read: Any) -> None:
         """Atomic read-modify-writes (`tl.atomic_add`, `atomic_max`, `atomic_cas`, ...) are kernel stores too:
         each is recorded as a load and a store of its addresses, with the value memory holds right after it (read
-        back through the interpreter's own load), since the stored value depends on what was there. Split-K
-        reductions into a zeroed output are written this way."""
+        back through the interpreter's own load, `read(builder, ptrs, mask)`), since the stored value depends on
+        what was there. Split-K reductions into a zeroed output are written this way."""
         rmw, cas, rec = builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas, self
 
         def record(builder: Any, ptrs: Any, mask: Any) -> None:
@@ -312,18 +330,18 @@ class StoreRecorder:
                 mask = TensorHandle(np.ones(ptrs.data.shape, dtype=bool), tl.int1)
             keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
             addrs = ptrs.data[keep].astype(np.int64).ravel()
-            after = load(builder, ptrs, mask, None, None, False)  # the values right after the atomic op
+            after = read(builder, ptrs, mask)  # the values right after the atomic op
             rec.loads.append(addrs)
             rec.stores.append((addrs, np.array(np.broadcast_to(after.data, ptrs.data.shape)[keep]).ravel()))
 
-        def create_atomic_rmw(builder: Any, op: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
-            out = rmw(builder, op, ptr, val, mask, sem, scope)
+        def create_atomic_rmw(builder: Any, op: Any, ptr: Any, val: Any, mask: Any, *rest: Any) -> Any:
+            out = rmw(builder, op, ptr, val, mask, *rest)
             if rec.recording:
                 record(builder, ptr, mask)
             return out
 
-        def create_atomic_cas(builder: Any, ptr: Any, cmp: Any, val: Any, sem: Any, scope: Any) -> Any:
-            out = cas(builder, ptr, cmp, val, sem, scope)
+        def create_atomic_cas(builder: Any, ptr: Any, *rest: Any) -> Any:
+            out = cas(builder, ptr, *rest)
             if rec.recording:
                 record(builder, ptr, None)
             return out

@@ -61,3 +61,70 @@ def test_a_cat_of_kernel_buffers_is_the_kernels_work_and_other_pieces_are_not():
     rec.stop()
     assert rec.kernel_share([both], mode.copies) == 1.0  # every element a copy of a kernel's store
     assert rec.kernel_share([mixed], mode.copies) == 0.5  # hand-computed: one of two rows
+
+
+class _Handle:
+    def __init__(self, data: object) -> None:
+        import numpy as np
+
+        self.data = np.asarray(data)
+
+
+class _Triton39Builder:
+    """The interpreter entry points with Triton 3.9's parameters, over a dict of address -> value."""
+
+    def __init__(self) -> None:
+        self.mem: dict[int, int] = {}
+        self.calls: list[tuple] = []
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        self.calls.append(("store", cache_policy))
+        for p, v, m in zip(ptrs.data, value.data, mask.data):
+            if m:
+                self.mem[int(p)] = int(v)
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        self.calls.append(("load", cache_policy, is_volatile))
+        return _Handle([self.mem.get(int(p), 0) if m else 0 for p, m in zip(ptrs.data, mask.data)])
+
+    def create_atomic_rmw(self, op, ptr, val, mask, sem, scope):
+        self.calls.append(("rmw", sem, scope))
+        for p, v, m in zip(ptr.data, val.data, mask.data):
+            if m:
+                self.mem[int(p)] = self.mem.get(int(p), 0) + int(v)
+
+    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+        self.calls.append(("cas", sem, scope))
+
+
+class _Triton36Builder(_Triton39Builder):
+    """Triton 3.6's parameters: an eviction policy after the cache modifier (the GPU machine's Triton, where every
+    CPU evaluation failed with "create_masked_load() takes 6 positional arguments but 7 were given")."""
+
+    def create_masked_store(self, ptrs, value, mask, cache_modifier, eviction_policy):
+        return super().create_masked_store(ptrs, value, mask, (cache_modifier, eviction_policy))
+
+    def create_masked_load(self, ptrs, mask, other, cache_modifier, eviction_policy, is_volatile):
+        return super().create_masked_load(ptrs, mask, other, (cache_modifier, eviction_policy), is_volatile)
+
+
+@pytest.mark.parametrize("builder_cls", [_Triton36Builder, _Triton39Builder], ids=["triton3.6", "triton3.9"])
+def test_the_store_record_wraps_every_triton_releases_entry_points(builder_cls):
+    cls = type(builder_cls.__name__, (builder_cls,), {})  # a fresh class: install patches it
+    rec = StoreRecorder()
+    assert rec.install(cls)
+    b = cls()
+    rec.start()
+    extra = ("evict_last",) if builder_cls is _Triton36Builder else ()
+    b.create_masked_store(_Handle([8, 16]), _Handle([1, 2]), _Handle([True, False]), ".cg", *extra)
+    b.create_masked_load(_Handle([8, 16]), _Handle([True, True]), None, ".ca", *extra, True)
+    b.create_atomic_rmw("add", _Handle([24]), _Handle([5]), _Handle([True]), "acq_rel", "gpu")
+    rec.stop()
+    stored = [(a.tolist(), v.tolist()) for a, v in rec.stores]
+    assert stored == [([8], [1]), ([24], [5])]  # hand-computed: the masked-off lane at 16 is not a store
+    assert [a.tolist() for a in rec.loads] == [[8, 16], [24]]
+    # the interpreter got every argument as given; the atomic's read-back asked for no hints and not volatile
+    hints = (".cg", "evict_last") if extra else ".cg"
+    assert b.calls[0] == ("store", hints)
+    assert b.calls[1] == ("load", (".ca", "evict_last") if extra else ".ca", True)
+    assert b.calls[3] == ("load", (None, None) if extra else None, False)
