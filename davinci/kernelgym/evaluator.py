@@ -147,6 +147,8 @@ class Evaluator:
                 for lane in new:
                     lane.close()
                     self.lanes.remove(lane)
+                if isinstance(errors[0], DavinciError):  # the installation's problem, with its fix: as it is
+                    raise errors[0]
                 raise WorkerDied(f"could not start an evaluation lane: {errors[0]}")
             if new and not self.layers:
                 self.layers = probe_isolation(new[0])

@@ -31,6 +31,7 @@ from typing import Any
 
 import psutil
 
+from davinci.errors import DavinciError
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.protocol import Channel, ChannelError
 from davinci.kernelgym.sandbox import kill_group, resolve_user, scrubbed_env, socketpair, spawn_worker
@@ -102,6 +103,11 @@ def _descendants(pid: int) -> list[int]:
 
 class WorkerDied(RuntimeError):
     """A trusted worker (reference worker or zygote) died or stopped answering."""
+
+
+class EnvironmentBroken(DavinciError):
+    """A lane's worker found that this installation cannot evaluate (e.g. a Triton interpreter that cannot run a
+    known-good kernel): the message says what, the hint how to fix it. Restarting the lane would not help."""
 
 
 @dataclass
@@ -233,6 +239,8 @@ class Lane:
         if ready.get("error"):
             self._drop(self.zygote)
             self.zygote = None
+            if ready.get("environment"):
+                raise EnvironmentBroken(ready["error"], ready.get("hint", ""))
             raise WorkerDied(f"zygote failed to start: {ready['error']}")
         self.zygote_versions = ready.get("versions", {})
 

@@ -54,6 +54,10 @@ def _preload(opts: dict) -> dict[str, str]:
         versions["triton"] = triton.__version__
     except Exception as exc:  # a CPU box without triton still evaluates torch-only candidates
         versions["triton"] = f"unavailable ({type(exc).__name__})"
+    if opts.get("interpret") and not versions["triton"].startswith("unavailable"):
+        from davinci.kernelgym.interpcheck import check_interpreter
+
+        check_interpreter()  # a Triton/NumPy pair whose interpreter cannot run ordinary kernels stops the lane here
     try:
         import torch.profiler  # noqa: F401
     except Exception:
@@ -199,6 +203,7 @@ class Zygote:
 
 
 def main(argv: list[str]) -> int:
+    from davinci.errors import DavinciError
     from davinci.kernelgym.sandbox import PR_SET_CHILD_SUBREAPER, die_with_parent, prctl
 
     fd, opts = int(argv[0]), json.loads(argv[1]) if len(argv) > 1 else {}
@@ -209,6 +214,9 @@ def main(argv: list[str]) -> int:
     z = Zygote(fd, opts)
     try:
         versions = _preload(opts)
+    except DavinciError as exc:  # the installation cannot evaluate (message and fix for the user, not a crash)
+        z.ctl.send({"op": "ready", "error": exc.message, "hint": exc.hint, "environment": True})
+        return 1
     except Exception as exc:
         z.ctl.send({"op": "ready", "error": f"{type(exc).__name__}: {exc}"})
         return 1
