@@ -59,6 +59,14 @@ candidate), so 8 epochs per arm did not fit. --eval-device cpu judges the kernel
 (Triton interpreter, ~0.1-0.2 s per evaluation on a core) while the model trains and generates on the GPU:
 correctness is all the demonstration measures (timing is off), and summary.json records `eval_device`.
 Every RL epoch logs its median seconds per evaluation phase.
+
+Fourth GPU run (benchmarks/results/h200x4/session_2026-11-27c/learning), kernels judged in CPU lanes: SFT 0.312 of 32
+after 2,000 steps; held out before 0.22, RL 0.22 (+0.000, CI [-0.08, +0.08]), continued SFT 0.31, flipped 0.05, at
+64 optimizer steps each. RL doubled the 32 probe problems' correctness (0.22 -> 0.45) and the flipped arm drove it
+to 0.01, but nothing carried to held-out signatures from 32 problems: the next run is --probe 256 with a new
+LEARNING_WORK. Its first attempt had shown calibration at 0/32 throughout because every CPU evaluation failed
+(Triton 3.6's interpreter signatures); `check_evaluator` now stops a run whose evaluator rejects the reference
+solutions, and every evaluation logs its verdict breakdown.
 """
 
 from __future__ import annotations
