@@ -11,7 +11,9 @@ Protocol (issue 13, item 6), every piece the engine's own code:
      steps, at most --sft-steps), so held-out correctness sits between 0 and 1 without the held-out split
      steering anything;
   4. three arms from that same SFT checkpoint, at equal optimizer steps:
-       rl        `run_rl_epoch` epochs on a fixed probe set of training problems (the same every epoch);
+       rl        `run_rl_epoch` epochs on fixed probe sets of training problems: --probe-sets fixed rolls out the
+                 same --probe problems every epoch; per-epoch gives epoch e its own --probe problems (the e-th
+                 slice of the training problems: the same in every run and every arm, distinct across epochs);
        sft       continued SFT on the training problems for as many optimizer steps as rl took;
        flipped   rl with the advantages negated (estimator `trloo_flipped`, registered here only);
   5. held-out eval of the SFT checkpoint and of each arm on the same problems (`agents.evaluation.run_eval`,
@@ -63,8 +65,8 @@ Every RL epoch logs its median seconds per evaluation phase.
 Fourth GPU run (benchmarks/results/h200x4/session_2026-11-27c/learning), kernels judged in CPU lanes: SFT 0.312 of 32
 after 2,000 steps; held out before 0.22, RL 0.22 (+0.000, CI [-0.08, +0.08]), continued SFT 0.31, flipped 0.05, at
 64 optimizer steps each. RL doubled the 32 probe problems' correctness (0.22 -> 0.45) and the flipped arm drove it
-to 0.01, but nothing carried to held-out signatures from 32 problems: the next run is --probe 256 with a new
-LEARNING_WORK. Its first attempt had shown calibration at 0/32 throughout because every CPU evaluation failed
+to 0.01, but nothing carried to held-out signatures from 32 problems: the next runs show RL more distinct
+problems, --probe-sets per-epoch (256 at the same compute) and --probe 256, each with a new LEARNING_WORK. Its first attempt had shown calibration at 0/32 throughout because every CPU evaluation failed
 (Triton 3.6's interpreter signatures); `check_evaluator` now stops a run whose evaluator rejects the reference
 solutions, and every evaluation logs its verdict breakdown.
 """
@@ -101,6 +103,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--heldout-every", type=int, default=8, help="one signature family in this many is held out")
     ap.add_argument("--heldout-max", type=int, default=100, help="held-out signatures (--split signature) or problems")
     ap.add_argument("--probe", type=int, default=32, help="training problems rolled out every RL epoch")
+    ap.add_argument("--probe-sets", choices=("fixed", "per-epoch"), default="fixed",
+                    help="fixed: the same probe problems every epoch; per-epoch: epoch e rolls out the e-th slice of "
+                         "--probe training problems (more distinct problems at the same compute)")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--turns", type=int, default=1)
@@ -231,8 +236,16 @@ def calibration_stop(profile: Any, calib: list[Any], work: Path, out: Path, ever
     return stop
 
 
-def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, epochs: int, device: str) -> tuple[Path, int]:
-    """RL epochs on the fixed probe set; returns the last checkpoint and the optimizer steps taken."""
+def probe_sets(train: list[Any], size: int, epochs: int, mode: str) -> list[list[Any]]:
+    """The problems each RL epoch rolls out: the first `size` training problems every epoch ("fixed"), or the
+    e-th consecutive slice of `size` for epoch e ("per-epoch"; wraps around when the training problems run out)."""
+    if mode == "fixed" or not train:
+        return [train[:size]] * epochs
+    return [[train[(e * size + i) % len(train)] for i in range(min(size, len(train)))] for e in range(epochs)]
+
+
+def rl(profile: Any, probes: list[list[Any]], sft_ckpt: Path, work: Path, out: Path, epochs: int, device: str) -> tuple[Path, int]:
+    """RL epochs, epoch e on `probes[e]`; returns the last checkpoint and the optimizer steps taken."""
     from davinci.rl.epoch import EpochInputs, run_rl_epoch
     from davinci.skills import SkillStore
 
@@ -241,7 +254,7 @@ def rl(profile: Any, probe: list[Any], sft_ckpt: Path, work: Path, out: Path, ep
     for e in range(epochs):
         res = run_rl_epoch(EpochInputs(
             checkpoint_dir=str(ckpt), output_dir=str(work / f"epoch_{e:03d}"), skill_store_root=str(work / "skills"),
-            library_version=version, problems=tuple(probe), profile=profile, epoch=e, device=device))  # fmt: skip
+            library_version=version, problems=tuple(probes[e]), profile=profile, epoch=e, device=device))  # fmt: skip
         ckpt, steps = Path(res.checkpoint_dir), steps + res.timing.steps
         tm = res.timing  # the epoch's wall split (issue 17: generation / evaluation / update / overlap)
         log(out, f"{work.name} epoch {e}: correct {res.metrics['correct_rate']:.3f}, reward {res.metrics['reward_turn_mean']:.3f}, "
@@ -423,7 +436,7 @@ def plot(path: Path, summary: dict[str, Any]) -> None:
 def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], ...], work: Path, out: Path,
                stop: Any, mine: set[str]) -> tuple[Any, ...]:
     """Every stage in order, each computed here only when it is `mine` (else taken from disk, or NotHere)."""
-    train, _calib, held, probe = splits
+    train, _calib, held, probes = splits
     dev = args.device  # the model's; kernelgym's is profile.gym.device (--eval-device)
     # only the SFT checkpoint and its held-out score are waited for: every arm starts from them; any other missing
     # stage ends this process
@@ -439,15 +452,15 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
                          "--lengths")
     flipped = replace(profile, rl=replace(profile.rl, advantage="trloo_flipped"))
     if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
-        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs, dev)))
+        flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probes, sft_ckpt, work / "flipped", out, args.epochs, dev)))
         run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev, out))
-    rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probe, sft_ckpt, work / "rl", out, args.epochs, dev)))
+    rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probes, sft_ckpt, work / "rl", out, args.epochs, dev)))
     after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl", dev, out))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
     cont_ckpt, _ = run("sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1), device=dev)))
     after_sft = run("eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft", dev, out))
     log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
-    flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probe, sft_ckpt, work / "flipped", out, args.epochs, dev)))
+    flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probes, sft_ckpt, work / "flipped", out, args.epochs, dev)))
     after_flip = run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev, out))
     log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
     return before, after, after_sft, after_flip, sft_steps, steps
@@ -470,15 +483,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     log(out, f"work folder (checkpoints, episodes, finished stages): {work}")
     train, held = split(load_problems(args, work, out), args.heldout_every, args.heldout_max, args.split)
     train, calib = split(train, args.heldout_every, args.calib_n, args.split, salt="calibration") if args.calib_n else (train, [])
-    probe = train[: args.probe]
-    log(out, f"{len(train)} train, {len(calib)} calibration, {len(held)} held out (split by {args.split}), probe {len(probe)}")
+    probes = probe_sets(train, args.probe, args.epochs, args.probe_sets)
+    distinct = len({p.id for ps in probes for p in ps})
+    log(out, f"{len(train)} train, {len(calib)} calibration, {len(held)} held out (split by {args.split}), probe "
+             f"{args.probe} per epoch ({args.probe_sets}: {distinct} distinct)")
     stop = calibration_stop(profile, calib, work / "calibration", out, args.calib_check, args.calib_target) if calib else None
     mine = set(args.stages.split(",")) - {""} or set(STAGES)
     if mine - set(STAGES):
         raise SystemExit(f"--stages {args.stages}: unknown {sorted(mine - set(STAGES))}; stages: {', '.join(STAGES)}")
     check_evaluator(profile, (calib or held)[:4], out)
     try:
-        results = run_stages(args, profile, (train, calib, held, probe), work, out, stop, mine)
+        results = run_stages(args, profile, (train, calib, held, probes), work, out, stop, mine)
     except NotHere as waiting:  # another process runs it; this one has done its part
         log(out, f"stage {waiting} is not this process's (--stages {args.stages}) and has not finished: stopping here")
         for f in work.glob("stage_*.json"):  # finished stages come back with $OUT (small: per-problem lists)
@@ -491,7 +506,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "heldout_n": len(held), "before": mean(before), "after": mean(after), "after_minus_before": diff,
         "ci95_low": lo, "ci95_high": hi, "control_sft_after": mean(after_sft), "control_flipped_after": mean(after_flip),
         "rl_optimizer_steps": steps, "sft_steps": sft_steps, "train_n": len(train), "calibration_n": len(calib),
-        "probe_n": len(probe), "epochs": args.epochs,
+        "probe_n": args.probe, "probe_sets": args.probe_sets, "probe_distinct": distinct, "epochs": args.epochs,
         "device": device_name(args.device), "eval_device": device_name(args.eval_device), "commit": git_commit(), "wall_s": time.perf_counter() - T0, "args": vars(args),
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

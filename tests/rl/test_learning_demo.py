@@ -69,3 +69,14 @@ def test_demo_resumes_from_its_finished_stages(tmp_path, monkeypatch):
     assert "done in an earlier run" in (tmp_path / "b" / "learning_log.txt").read_text()
     with pytest.raises(SystemExit, match="other arguments"):
         demo.main([*argv, "--seed", "1"])
+
+
+def test_probe_sets_fixed_and_per_epoch():
+    """Hand-computed: 'fixed' repeats the first slice; 'per-epoch' gives consecutive slices, wrapping around."""
+    spec = importlib.util.spec_from_file_location("learning_demo_probes", SCRIPT)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)  # type: ignore[union-attr]
+    train = list("abcdefg")
+    assert demo.probe_sets(train, 3, 2, "fixed") == [["a", "b", "c"], ["a", "b", "c"]]
+    assert demo.probe_sets(train, 3, 3, "per-epoch") == [["a", "b", "c"], ["d", "e", "f"], ["g", "a", "b"]]
+    assert demo.probe_sets(train[:2], 3, 1, "per-epoch") == [["a", "b"]]  # never more than the training problems
