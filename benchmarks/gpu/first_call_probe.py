@@ -2,13 +2,17 @@
 
 kernelgym runs every candidate in a fresh process. On the H200 under gVisor a 1-lane batch paid ~0.5 s in
 correctness call #0 (`details.runs_ms`), and with 8 lanes per GPU on a busy 4-GPU host the learning demo's
-correctness-only evaluations took ~10 s each. Two questions, one table each:
+correctness-only evaluations took ~10 s each. Three questions, one table each:
 
 1. the steps of one fresh process, each timed on its own: torch/triton import (the fork server has them),
    CUDA initialisation (the warm spare does it), Triton's driver, a Triton kernel's first and second launch,
    cuBLAS's first matmul. Three passes on one Triton cache folder: the first compiles, the later ones find
    everything cached (a repeated candidate's build folder);
-2. N fresh processes released at once, once every one of them has imported torch (N = 1, 4, 8, 16), each
+2. where a warm-cache first launch spends its ~0.5-0.7 s (measured on the H200: the Triton driver itself is ~20 ms
+   warm): the launch under cProfile, the top functions by cumulative and by own time (imports, subprocesses such
+   as `ptxas --version`, module loads, the launcher), to decide what the fork server or the warm spare can do
+   ahead of the candidate;
+3. N fresh processes released at once, once every one of them has imported torch (N = 1, 4, 8, 16), each
    timing its CUDA initialisation: if the driver (or the sandbox's GPU proxy) serialises context creation,
    the median grows with N, and one process per candidate is what bounds throughput with many lanes.
 
@@ -60,6 +64,32 @@ T["first_softmax"] = time.perf_counter() - t
 print(json.dumps(T))
 '''
 
+FIRST_LAUNCH_PROFILE = r'''
+import cProfile, io, pstats
+import torch, triton, triton.language as tl
+torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
+triton.runtime.driver.active.utils  # the driver, timed on its own in the table above
+
+
+@triton.jit
+def relu(x, y, n, B: tl.constexpr):
+    o = tl.program_id(0) * B + tl.arange(0, B)
+    m = o < n  # the tail block's lanes past n
+    tl.store(y + o, tl.maximum(tl.load(x + o, mask=m), 0), mask=m)
+
+
+x = torch.randn(1 << 20, device="cuda"); y = torch.empty_like(x)
+prof = cProfile.Profile()
+prof.enable()
+relu[(x.numel() // 1024,)](x, y, x.numel(), B=1024); torch.cuda.synchronize()
+prof.disable()
+for key in ("cumulative", "tottime"):
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(18)
+    print(f"--- first launch, warm cache, by {key}")
+    print("\n".join(line for line in buf.getvalue().splitlines() if line.strip())[-3000:])
+'''
+
 INIT = r'''
 import json, sys, time
 import torch
@@ -89,6 +119,15 @@ def steps_table(folder: Path) -> None:
             keys = list(row)
             print(f"{'pass':18s} {'process s':>9s} " + " ".join(f"{k:>20s}" for k in keys))
         print(f"{label:18s} {total:9.3f} " + " ".join(f"{row[k] * 1000:18.1f}ms" for k in keys))
+
+
+def first_launch_profile(folder: Path) -> None:
+    """The warm-cache first launch under cProfile (the cache `steps_table` filled)."""
+    script = folder / "first_launch_profile.py"
+    script.write_text(FIRST_LAUNCH_PROFILE)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(folder / "triton-cache"))
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    print(out.stdout if out.returncode == 0 else f"the profiled child failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
 
 
 def concurrent_init(script: Path, n: int) -> tuple[list[float], str]:
@@ -121,6 +160,8 @@ def concurrent_init(script: Path, n: int) -> tuple[list[float], str]:
 def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="first-call-probe-"))
     steps_table(folder)
+    print()
+    first_launch_profile(folder)
     script = folder / "init.py"
     script.write_text(INIT)
     print(f"\n{'processes at once':>17s} {'CUDA init median ms':>20s} {'max ms':>8s}")
