@@ -404,8 +404,11 @@ def load_problems(args: argparse.Namespace, work: Path, out: Path) -> list[Any]:
 
 
 def git_commit() -> str:
+    """HEAD, with "-dirty" when the working tree differs from it (the GPU machine's copy of .git can be older
+    than the tree it runs: summary.json then says so instead of naming a commit that did not run)."""
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True,
+                              check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
