@@ -51,7 +51,9 @@ def corpus(cuda: bool) -> list[tuple[str, str, Problem, Candidate]]:
     """(kind, name, problem, candidate) for every cheat and honest program that runs on this device."""
     from data_prep.builtin import builtin_problems
 
-    items = [("cheat", f.stem, *_named(f)) for f in sorted((FIX / "cheats_v2").glob("c2_*.py"))]
+    # a cheat caught on the CPU only says "Open on: cuda": on a GPU it is counted with the open gaps
+    items = [("open" if cuda and "Open on: cuda" in f.read_text() else "cheat", f.stem, *_named(f))
+             for f in sorted((FIX / "cheats_v2").glob("c2_*.py"))]
     if cuda:
         items += [("cheat", f.stem, *_named(f)) for f in sorted((FIX / "cheats_v2" / "gpu").glob("*.py"))]
     # known gaps (red team of 2026-11-26, third session; cheats_open/README.md): judged like cheats, counted apart

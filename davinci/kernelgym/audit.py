@@ -11,7 +11,14 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
              scored rounds (10x their median wall + 5 ms) means the candidate behaves differently when it can
              see it is watched (`watched_behaviour`);
     audit B  (GPU) the calls under torch.profiler: every kernel and copy of timed calls, for the coverage and
-             decoy checks (CUPTI stays attached afterwards, so this is the last request timed at all).
+             decoy checks (CUPTI stays attached afterwards, so this is the last request timed at all);
+    audit U  (CPU, before A) a request with nothing switched on that torch can report (no dispatch mode, no
+             profiler) and the kernels' stores recorded. The share of the timed outputs the kernels stored
+             (glue copies not credited: tracking them needs the mode) must not fall below half of what it is in
+             audit A: a candidate that runs its kernels only when a mode or the profiler is on, and PyTorch
+             plus a token launch otherwise, stores ~100% of its output in A and ~0% here
+             (`watched_behaviour`; attack: cheats_v2/c2_fb_watch_token_switch). A candidate that finds the
+             store record itself (in its own process) can still tell: cheats_open/c3_b2b_watch_recorder_flag.
 
     audit_rounds(job, sets, rng, acc, canary_limit_ms)
 """
@@ -56,9 +63,32 @@ def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float
     return reply, blobs, wall, comparison
 
 
-def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None) -> None:
+def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | None) -> float | None:
+    """Audit U: the kernels' share of the timed outputs with nothing torch can report switched on (None when
+    there is no store record: the GPU, or a request that failed)."""
+    reply, _, _, comparison = _request(job, sets, rng, 2, limit, stores=True)
+    if reply.get("ok") and comparison and not comparison["ok"]:
+        job.evidence.timed_mismatch = job.evidence.timed_mismatch or comparison["reason"]
+    share = reply.get("kernel_share_raw")
+    return float(share) if isinstance(share, (int, float)) else None
+
+
+def unwatched_drop(watched: float | None, unwatched: float | None) -> str | None:
+    """The verdict of audit U against audit A: the kernels' share falls below half of the watched one (which is
+    at least half: a candidate whose outputs are mostly glue copies has nothing to compare)."""
+    if watched is None or unwatched is None or watched < 0.5 or unwatched >= 0.5 * watched:
+        return None
+    return (f"in a timed request with no accounting visible to the candidate its kernels stored {100 * unwatched:.0f}% "
+            f"of the output, against {100 * watched:.0f}% with the accounting on: the candidate computes another way "
+            "when it cannot see it is watched")
+
+
+def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None,
+              unwatched: float | None = None) -> None:
     ev = job.evidence
     reply, _, wall, comparison = _request(job, sets, rng, 0, limit, audit=True)
+    raw = reply.get("kernel_share_raw")
+    ev.watched = ev.watched or unwatched_drop(float(raw) if isinstance(raw, (int, float)) else None, unwatched)
     if not reply.get("ok") or not comparison:
         ev.torch_compute = ev.torch_compute or "a timed call failed once PyTorch's own results were poisoned"
     else:
@@ -94,8 +124,9 @@ def _profiled(job: Job, sets: list[str], rng: random.Random) -> None:
 
 def audit_rounds(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None,
                  profile: bool) -> None:
-    """Audit A, then (GPU, `profile`) audit B; see the module docstring."""
+    """(CPU) audit U, audit A, then (GPU, `profile`) audit B; see the module docstring."""
     if "torch_compute" in job.checks or "host_compute" in job.checks:
-        _poisoned(job, sets, rng, acc, limit)
+        unwatched = _unwatched(job, sets, rng, limit) if not job.lane.cuda and "watched_behaviour" in job.checks else None
+        _poisoned(job, sets, rng, acc, limit, unwatched)
     if profile and job.lane.cuda:
         _profiled(job, sets, rng)

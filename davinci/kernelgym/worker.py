@@ -271,6 +271,8 @@ class Harness:
     def _time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         if h.get("audit"):
             return self._audit(h, blobs)
+        if h.get("stores"):
+            return self._recorded(h, blobs)
         if h.get("profile") and self.cuda:
             return self._profiled(h, blobs)
         t0 = self._perf()
@@ -354,9 +356,24 @@ class Harness:
         reply.update(hidden.evidence())
         reply["accounting_ms"] = hidden.overhead_ms  # the profiler's own cost inside this request (audit.py)
         if self.stores.installed and reply.get("ok"):
-            reply["kernel_share"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves],
-                                                             mode.copies)
+            timed = [x for leaves in self.kept.get("timed", []) for x in leaves]
+            reply["kernel_share"] = self.stores.kernel_share(timed, mode.copies)
+            reply["kernel_share_raw"] = self.stores.kernel_share(timed)  # compared with the unwatched audit's
         self.stores.stores = []
+        return reply, out_blobs
+
+    def _recorded(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """The unwatched audit round (CPU, audit.py): the same timed request with only the kernels' stores
+        recorded, no dispatch mode and no profiler; the share of the timed outputs the kernels stored (no glue
+        copies: those need the mode) is compared with the poisoned audit's."""
+        self.stores.start()
+        try:
+            reply, out_blobs = self._time({**h, "stores": False}, blobs)
+        finally:
+            self.stores.stop()
+        if self.stores.installed and reply.get("ok"):
+            reply["kernel_share_raw"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
+        self.stores.stores, self.stores.loads = [], []
         return reply, out_blobs
 
     def _profiled(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
