@@ -283,7 +283,8 @@ class StoreRecorder:
     def install(self, builder_cls: Any = None) -> bool:
         """Wrap the interpreter's store, load and atomic entry points (of `builder_cls`, default Triton's
         `InterpreterBuilder`). The wrappers name only the leading arguments they read and pass the rest on as
-        given: the trailing ones differ between Triton releases (3.6 has an eviction policy that 3.9 dropped)."""
+        given, positional or keyword: the trailing ones differ between Triton releases (3.6 has an eviction policy
+        that 3.9 dropped) and the interpreter passes some by name (3.9's tensor-descriptor load: `cache_policy=`)."""
         if builder_cls is None:
             try:
                 from triton.runtime.interpreter import InterpreterBuilder as builder_cls
@@ -291,22 +292,22 @@ class StoreRecorder:
                 return False
         original, load, rec = builder_cls.create_masked_store, builder_cls.create_masked_load, self
 
-        def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, *rest: Any) -> Any:
+        def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
             if rec.recording:
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
                 vals = np.broadcast_to(value.data, ptrs.data.shape)
                 rec.stores.append((ptrs.data[keep].astype(np.int64).ravel(), np.array(vals[keep]).ravel()))
-            return original(builder, ptrs, value, mask, *rest)
+            return original(builder, ptrs, value, mask, *rest, **kw)
 
-        def create_masked_load(builder: Any, ptrs: Any, mask: Any, *rest: Any) -> Any:
+        def create_masked_load(builder: Any, ptrs: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
             if rec.recording:
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
                 rec.loads.append(ptrs.data[keep].astype(np.int64).ravel())
-            return load(builder, ptrs, mask, *rest)
+            return load(builder, ptrs, mask, *rest, **kw)
 
         builder_cls.create_masked_store = create_masked_store
         builder_cls.create_masked_load = create_masked_load  # every load path of the interpreter ends here
@@ -334,14 +335,14 @@ class StoreRecorder:
             rec.loads.append(addrs)
             rec.stores.append((addrs, np.array(np.broadcast_to(after.data, ptrs.data.shape)[keep]).ravel()))
 
-        def create_atomic_rmw(builder: Any, op: Any, ptr: Any, val: Any, mask: Any, *rest: Any) -> Any:
-            out = rmw(builder, op, ptr, val, mask, *rest)
+        def create_atomic_rmw(builder: Any, op: Any, ptr: Any, val: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
+            out = rmw(builder, op, ptr, val, mask, *rest, **kw)
             if rec.recording:
                 record(builder, ptr, mask)
             return out
 
-        def create_atomic_cas(builder: Any, ptr: Any, *rest: Any) -> Any:
-            out = cas(builder, ptr, *rest)
+        def create_atomic_cas(builder: Any, ptr: Any, *rest: Any, **kw: Any) -> Any:
+            out = cas(builder, ptr, *rest, **kw)
             if rec.recording:
                 record(builder, ptr, None)
             return out

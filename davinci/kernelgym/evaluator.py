@@ -147,8 +147,9 @@ class Evaluator:
                 for lane in new:
                     lane.close()
                     self.lanes.remove(lane)
-                if isinstance(errors[0], DavinciError):  # the installation's problem, with its fix: as it is
-                    raise errors[0]
+                for exc in errors:  # the installation's problem, with its fix, as it is (whichever lane saw it)
+                    if isinstance(exc, DavinciError):
+                        raise exc
                 raise WorkerDied(f"could not start an evaluation lane: {errors[0]}")
             if new and not self.layers:
                 self.layers = probe_isolation(new[0])

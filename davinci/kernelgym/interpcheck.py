@@ -95,10 +95,13 @@ def check_interpreter() -> None:
         return
     import numpy
 
+    known = "0-dimensional arrays" in failure or "Conversion of an array with ndim" in failure
+    hint = ("install the Triton the project pins (pip install 'triton==3.9.0'), or keep this Triton with a NumPy it "
+            "supports (Triton 3.6's interpreter needs a NumPy that still converts one-element arrays with int(); 2.4.6 "
+            "and 2.5.2 do not: pip install 'numpy<2.4')") if known else (
+            "check this machine's Triton and NumPy installation (the project pins triton==3.9.0) and that the lane's "
+            "process is not out of memory or time (the self-test is a 100-element sum)")
     raise InterpreterBroken(
         f"the Triton interpreter (triton {triton.__version__}, numpy {numpy.__version__}) cannot run a known-good "
         f"kernel with a runtime loop bound ({failure}); every Triton candidate evaluated on the CPU would fail the "
-        "same way",
-        "install the Triton the project pins (pip install 'triton==3.9.0'), or keep this Triton with a NumPy it "
-        "supports (Triton 3.6's interpreter needs a NumPy that still converts one-element arrays with int(); 2.4.6 and "
-        "2.5.2 do not: pip install 'numpy<2.4')")
+        "same way", hint)

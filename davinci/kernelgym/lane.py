@@ -239,8 +239,8 @@ class Lane:
         if ready.get("error"):
             self._drop(self.zygote)
             self.zygote = None
-            if ready.get("environment"):
-                raise EnvironmentBroken(ready["error"], ready.get("hint", ""))
+            if ready.get("environment") and not self.zygote_versions:  # the first start: the installation's
+                raise EnvironmentBroken(ready["error"], ready.get("hint", ""))  # problem; a restart is a dead worker
             raise WorkerDied(f"zygote failed to start: {ready['error']}")
         self.zygote_versions = ready.get("versions", {})
 

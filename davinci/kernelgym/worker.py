@@ -359,7 +359,7 @@ class Harness:
             timed = [x for leaves in self.kept.get("timed", []) for x in leaves]
             reply["kernel_share"] = self.stores.kernel_share(timed, mode.copies)
             reply["kernel_share_raw"] = self.stores.kernel_share(timed)  # compared with the unwatched audit's
-        self.stores.stores = []
+        self.stores.stores, self.stores.loads = [], []
         return reply, out_blobs
 
     def _recorded(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:

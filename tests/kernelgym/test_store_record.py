@@ -128,3 +128,25 @@ def test_the_store_record_wraps_every_triton_releases_entry_points(builder_cls):
     assert b.calls[0] == ("store", hints)
     assert b.calls[1] == ("load", (".ca", "evict_last") if extra else ".ca", True)
     assert b.calls[3] == ("load", (None, None) if extra else None, False)
+
+
+@triton.jit
+def _descriptor_plus_one(x_ptr, out_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    desc = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+    v = desc.load([0, 0])  # Triton 3.9's interpreter calls create_masked_load with cache_policy= by name here
+    r = tl.arange(0, BM)[:, None]
+    c = tl.arange(0, BN)[None, :]
+    tl.store(out_ptr + r * N + c, v + 1.0)
+
+
+def test_a_tensor_descriptor_load_runs_under_the_store_record():
+    """The interpreter passes some arguments by name; the wrappers forward them (a wrapper taking positional
+    arguments only broke every honest descriptor kernel on the CPU)."""
+    rec = StoreRecorder()
+    assert rec.install()
+    x = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    out = torch.empty_like(x)
+    rec.start()
+    _descriptor_plus_one[(1,)](x, out, 8, 8, BM=8, BN=8)
+    rec.stop()
+    assert torch.equal(out, x + 1) and rec.kernel_share([out]) == 1.0
