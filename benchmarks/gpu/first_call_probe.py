@@ -32,6 +32,15 @@ import tempfile
 import time
 from pathlib import Path
 
+# the Triton kernel both child scripts launch (a file of its own per child: @triton.jit reads its source)
+RELU = '''
+@triton.jit
+def relu(x, y, n, B: tl.constexpr):
+    o = tl.program_id(0) * B + tl.arange(0, B)
+    m = o < n  # the tail block's lanes past n
+    tl.store(y + o, tl.maximum(tl.load(x + o, mask=m), 0), mask=m)
+'''
+
 STEPS = r'''
 import json, time
 T = {}
@@ -43,13 +52,7 @@ T["cuda_init"] = time.perf_counter() - t
 t = time.perf_counter(); d = triton.runtime.driver.active; d.get_current_device(); d.utils
 T["triton_driver"] = time.perf_counter() - t
 
-
-@triton.jit
-def relu(x, y, n, B: tl.constexpr):
-    o = tl.program_id(0) * B + tl.arange(0, B)
-    m = o < n  # the tail block's lanes past n
-    tl.store(y + o, tl.maximum(tl.load(x + o, mask=m), 0), mask=m)
-
+{RELU}
 
 x = torch.randn(1 << 20, device="cuda"); y = torch.empty_like(x)
 t = time.perf_counter(); relu[(x.numel() // 1024,)](x, y, x.numel(), B=1024); torch.cuda.synchronize()
@@ -70,13 +73,7 @@ import torch, triton, triton.language as tl
 torch.cuda.init(); torch.empty(1, device="cuda"); torch.cuda.synchronize()
 triton.runtime.driver.active.utils  # the driver, timed on its own in the table above
 
-
-@triton.jit
-def relu(x, y, n, B: tl.constexpr):
-    o = tl.program_id(0) * B + tl.arange(0, B)
-    m = o < n  # the tail block's lanes past n
-    tl.store(y + o, tl.maximum(tl.load(x + o, mask=m), 0), mask=m)
-
+{RELU}
 
 x = torch.randn(1 << 20, device="cuda"); y = torch.empty_like(x)
 prof = cProfile.Profile()
@@ -104,7 +101,7 @@ TIMEOUT_S = 120.0
 
 def steps_table(folder: Path) -> None:
     script = folder / "steps.py"
-    script.write_text(STEPS)
+    script.write_text(STEPS.replace("{RELU}", RELU))
     env = dict(os.environ, TRITON_CACHE_DIR=str(folder / "triton-cache"))
     keys: list[str] = []
     for label in ("cold cache", "warm cache", "warm cache again"):
@@ -124,7 +121,7 @@ def steps_table(folder: Path) -> None:
 def first_launch_profile(folder: Path) -> None:
     """The warm-cache first launch under cProfile (the cache `steps_table` filled)."""
     script = folder / "first_launch_profile.py"
-    script.write_text(FIRST_LAUNCH_PROFILE)
+    script.write_text(FIRST_LAUNCH_PROFILE.replace("{RELU}", RELU))
     env = dict(os.environ, TRITON_CACHE_DIR=str(folder / "triton-cache"))
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     print(out.stdout if out.returncode == 0 else f"the profiled child failed (exit {out.returncode}):\n{out.stderr[-2000:]}")

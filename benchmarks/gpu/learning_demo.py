@@ -66,8 +66,9 @@ Fourth GPU run (benchmarks/results/h200x4/session_2026-11-27c/learning), kernels
 after 2,000 steps; held out before 0.22, RL 0.22 (+0.000, CI [-0.08, +0.08]), continued SFT 0.31, flipped 0.05, at
 64 optimizer steps each. RL doubled the 32 probe problems' correctness (0.22 -> 0.45) and the flipped arm drove it
 to 0.01, but nothing carried to held-out signatures from 32 problems: the next runs show RL more distinct
-problems, --probe-sets per-epoch (256 at the same compute) and --probe 256, each with a new LEARNING_WORK. Its first attempt had shown calibration at 0/32 throughout because every CPU evaluation failed
-(Triton 3.6's interpreter signatures); `check_evaluator` now stops a run whose evaluator rejects the reference
+problems, --probe-sets per-epoch (256 at the same compute) and --probe 256, each with a new LEARNING_WORK. The
+run's first attempt had shown calibration at 0/32 throughout because every CPU evaluation failed (Triton 3.6's
+interpreter signatures); `check_evaluator` now stops a run whose evaluator rejects the reference
 solutions, and every evaluation logs its verdict breakdown.
 """
 

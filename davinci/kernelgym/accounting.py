@@ -257,9 +257,9 @@ def plain_load(load: Any) -> Any:
     if names[:2] != ["ptrs", "mask"]:
         raise RuntimeError(f"this Triton's InterpreterBuilder.create_masked_load{tuple(names)} does not start with (ptrs, "
                            "mask): the CPU store record cannot read memory back; install the Triton release torch pins")
+    rest = [False if "volatile" in n else None for n in names[2:]]  # the same for every read
 
     def read(builder: Any, ptrs: Any, mask: Any) -> Any:
-        rest = [False if "volatile" in n else None for n in names[2:]]
         return load(builder, ptrs, mask, *rest)
     return read
 

@@ -69,6 +69,11 @@ def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | Non
     reply, _, _, comparison = _request(job, sets, rng, 2, limit, stores=True)
     if reply.get("ok") and comparison and not comparison["ok"]:
         job.evidence.timed_mismatch = job.evidence.timed_mismatch or comparison["reason"]
+    return _raw_share(reply)
+
+
+def _raw_share(reply: dict[str, Any]) -> float | None:
+    """The kernels' share of the timed outputs, glue copies not credited (worker `kernel_share_raw`), if sent."""
     share = reply.get("kernel_share_raw")
     return float(share) if isinstance(share, (int, float)) else None
 
@@ -87,8 +92,7 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
               unwatched: float | None = None) -> None:
     ev = job.evidence
     reply, _, wall, comparison = _request(job, sets, rng, 0, limit, audit=True)
-    raw = reply.get("kernel_share_raw")
-    ev.watched = ev.watched or unwatched_drop(float(raw) if isinstance(raw, (int, float)) else None, unwatched)
+    ev.watched = ev.watched or unwatched_drop(_raw_share(reply), unwatched)
     if not reply.get("ok") or not comparison:
         ev.torch_compute = ev.torch_compute or "a timed call failed once PyTorch's own results were poisoned"
     else:

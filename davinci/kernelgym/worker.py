@@ -356,7 +356,7 @@ class Harness:
         reply.update(hidden.evidence())
         reply["accounting_ms"] = hidden.overhead_ms  # the profiler's own cost inside this request (audit.py)
         if self.stores.installed and reply.get("ok"):
-            timed = [x for leaves in self.kept.get("timed", []) for x in leaves]
+            timed = self._timed_leaves()
             reply["kernel_share"] = self.stores.kernel_share(timed, mode.copies)
             reply["kernel_share_raw"] = self.stores.kernel_share(timed)  # compared with the unwatched audit's
         self.stores.stores, self.stores.loads = [], []
@@ -372,9 +372,13 @@ class Harness:
         finally:
             self.stores.stop()
         if self.stores.installed and reply.get("ok"):
-            reply["kernel_share_raw"] = self.stores.kernel_share([x for leaves in self.kept.get("timed", []) for x in leaves])
+            reply["kernel_share_raw"] = self.stores.kernel_share(self._timed_leaves())
         self.stores.stores, self.stores.loads = [], []
         return reply, out_blobs
+
+    def _timed_leaves(self) -> list[Any]:
+        """Every output tensor of the last timed request's calls (kept until the supervisor releases them)."""
+        return [x for leaves in self.kept.get("timed", []) for x in leaves]
 
     def _profiled(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         """The profiled audit round (GPU): the same timed request under torch.profiler; every kernel and copy
