@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,13 @@ def test_demo_resumes_from_its_finished_stages(tmp_path, monkeypatch):
     (tmp_path / "work" / "stage_eval_flipped.json").unlink()
     moved = {"sft": tmp_path / "work" / "stage_sft.json"}
     moved["sft"].rename(tmp_path / "sft.json")
-    threading.Timer(2.0, lambda: (tmp_path / "sft.json").rename(moved["sft"])).start()
+    def restore_once_waiting() -> None:  # the SFT stage appears only after the process has started waiting for it
+        log = tmp_path / "wait" / "learning_log.txt"
+        while not (log.exists() and "waiting up to" in log.read_text()):
+            time.sleep(0.05)
+        (tmp_path / "sft.json").rename(moved["sft"])
+
+    threading.Thread(target=restore_once_waiting, daemon=True).start()
     assert demo.main([*argv, "--stages", "flipped", "--wait-s", "60"]) == {}
     assert "waiting up to 60 s for stage sft" in (tmp_path / "wait" / "learning_log.txt").read_text()
     assert (tmp_path / "work" / "stage_flipped.json").exists()  # it ran its own stage after the wait
