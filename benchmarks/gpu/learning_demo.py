@@ -16,6 +16,10 @@ Protocol (issue 13, item 6), every piece the engine's own code:
                  slice of the training problems: the same in every run and every arm, distinct across epochs);
        sft       continued SFT on the training problems for as many optimizer steps as rl took;
        flipped   rl with the advantages negated (estimator `trloo_flipped`, registered here only);
+     With --sft-n N the SFT stage and the continued-SFT control train on the reference solutions of the first N
+     training problems only, and RL rolls out the others (their solutions are never read): the setting RL is for,
+     where problems are plentiful and reference kernels are not. Without it (0), SFT and RL share every training
+     problem, and continued SFT then trains on solutions of the very problems RL must solve by itself;
   5. held-out eval of the SFT checkpoint and of each arm on the same problems (`agents.evaluation.run_eval`,
      greedy, `eval.turns` turns), correctness per problem; after - before paired over problems with a
      bootstrap 95% CI (`paired_bootstrap_ci`).
@@ -107,6 +111,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--probe-sets", choices=("fixed", "per-epoch"), default="fixed",
                     help="fixed: the same probe problems every epoch; per-epoch: epoch e rolls out the e-th slice of "
                          "--probe training problems (more distinct problems at the same compute)")
+    ap.add_argument("--sft-n", type=int, default=0,
+                    help="the SFT stage and the continued-SFT control see only the first N training problems (their "
+                         "reference solutions); RL rolls out the others, whose solutions nothing reads (0: all for both)")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--turns", type=int, default=1)
@@ -235,6 +242,17 @@ def calibration_stop(profile: Any, calib: list[Any], work: Path, out: Path, ever
         log(out, f"calibration after {steps} SFT steps: {rate:.3f} of {len(calib)} (stop at {target:.2f})")
         return rate >= target
     return stop
+
+
+def sft_and_rl_pools(train: list[Any], sft_n: int) -> tuple[list[Any], list[Any]]:
+    """(problems whose reference solutions SFT trains on, problems RL rolls out): the first `sft_n` and the rest,
+    disjoint; with `sft_n` 0, all of them for both."""
+    if sft_n <= 0:
+        return train, train
+    if sft_n >= len(train):
+        raise SystemExit(f"--sft-n {sft_n} leaves no problem for RL: there are {len(train)} training problems; "
+                         "give a smaller --sft-n (or 0 to share them)")
+    return train[:sft_n], train[sft_n:]
 
 
 def probe_sets(train: list[Any], size: int, epochs: int, mode: str) -> list[list[Any]]:
@@ -397,6 +415,8 @@ def load_problems(args: argparse.Namespace, work: Path, out: Path) -> list[Any]:
     if path.exists():
         return [Problem.from_dict(d) for d in read_jsonl(path)]
     t = time.perf_counter()
+    log(out, f"generating {args.synthetic} problems into {path} (each reference runs once on the CPU: ~25 s on two "
+             "cores; copy problems.jsonl between work folders to skip it)")
     problems = list(synthesize_with_report(builtin_problems(), args.synthetic, args.seed, verify_solutions=False,
                                            pool=chain_pool(args)).problems)
     write_jsonl(path, [p.to_dict() for p in problems])
@@ -481,15 +501,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # packs every job's $OUT into one archive that must stay under 16 MiB to come back, and checkpoints are larger
     work = Path(os.environ.get("LEARNING_WORK") or tempfile.mkdtemp(prefix="learning_demo_"))
     work.mkdir(parents=True, exist_ok=True)
+    profile = build_profile(args)  # a bad --set fails before the work folder records these arguments
     same_run(work, args)
-    profile = build_profile(args)
     register_flipped()
     log(out, f"work folder (checkpoints, episodes, finished stages): {work}")
     train, held = split(load_problems(args, work, out), args.heldout_every, args.heldout_max, args.split)
     train, calib = split(train, args.heldout_every, args.calib_n, args.split, salt="calibration") if args.calib_n else (train, [])
-    probes = probe_sets(train, args.probe, args.epochs, args.probe_sets)
+    train, rl_pool = sft_and_rl_pools(train, args.sft_n)
+    probes = probe_sets(rl_pool, args.probe, args.epochs, args.probe_sets)
     distinct = len({p.id for ps in probes for p in ps})
-    log(out, f"{len(train)} train, {len(calib)} calibration, {len(held)} held out (split by {args.split}), probe "
+    log(out, f"{len(train)} SFT, {len(rl_pool)} RL pool ({'shared' if rl_pool is train else 'disjoint'}), "
+             f"{len(calib)} calibration, {len(held)} held out (split by {args.split}), probe "
              f"{args.probe} per epoch ({args.probe_sets}: {distinct} distinct)")
     stop = calibration_stop(profile, calib, work / "calibration", out, args.calib_check, args.calib_target) if calib else None
     mine = set(args.stages.split(",")) - {""} or set(STAGES)
@@ -509,7 +531,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary = {
         "heldout_n": len(held), "before": mean(before), "after": mean(after), "after_minus_before": diff,
         "ci95_low": lo, "ci95_high": hi, "control_sft_after": mean(after_sft), "control_flipped_after": mean(after_flip),
-        "rl_optimizer_steps": steps, "sft_steps": sft_steps, "train_n": len(train), "calibration_n": len(calib),
+        "rl_optimizer_steps": steps, "sft_steps": sft_steps, "train_n": len(train), "rl_pool_n": len(rl_pool),
+        "sft_n": args.sft_n, "rl_lr": profile.rl.lr, "sft_lr": profile.sft.lr, "calibration_n": len(calib),
         "probe_n": args.probe, "probe_sets": args.probe_sets, "probe_distinct": distinct, "epochs": args.epochs,
         "device": device_name(args.device), "eval_device": device_name(args.eval_device), "commit": git_commit(), "wall_s": time.perf_counter() - T0, "args": vars(args),
     }  # fmt: skip

@@ -21,8 +21,7 @@ WORK="$(mktemp -d)"
 export PYTHONUNBUFFERED=1
 export KERNELBENCH_DIR="${KERNELBENCH_DIR:-$PWD/.gpu/kernelbench}" DAVINCI_KERNELBENCH="${DAVINCI_KERNELBENCH:-$PWD/.gpu/kernelbench}"
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH="$PWD:/tmp/site:${PYTHONPATH:-}"
+  bash benchmarks/gpu/install_wheels.sh && export PYTHONPATH="$PWD:/tmp/site:${PYTHONPATH:-}"
 else
   export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 fi

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -79,6 +80,8 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:  # noqa: C901 - one branch p
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _is_number(value):  # YAML 1.1 reads `5e-4` (no dot) as a string
+            return float(value)
         raise _type_error(path, value, "a number")
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -92,6 +95,14 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:  # noqa: C901 - one branch p
         _, vt = get_args(tp) or (str, Any)
         return {str(k): _coerce(vt, v, f"{path}.{k}") for k, v in value.items()}
     return value
+
+
+def _is_number(text: str) -> bool:
+    """A finite decimal literal such as `5e-4` or `1E3` (not `nan` or `inf`)."""
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _coerce_tuple(tp: Any, value: Any, path: str) -> tuple:

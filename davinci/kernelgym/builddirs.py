@@ -5,7 +5,10 @@ are removed relative to their parent's descriptor, and a log is read only throug
 the file (`create_log`), never by name again. Per-code build folders (content-hashed, shared by lanes and by
 evaluator processes on the host) are taken in turn under an flock (`lock_build_folder`), scrubbed before use,
 measured after every evaluation (`bound_build`: emptied past `gym.build_dir_max_mb`) and evicted least
-recently used past `gym.build_cache_max_mb` (`evict_builds`).
+recently used past `gym.build_cache_max_mb` (`evict_builds`). Listing the cache costs a stat and a read per
+folder, and an RL epoch adds a folder per distinct candidate, so a lane lists it only when its `BuildLedger` says
+the cap may be near (or every `RESCAN_EVERY` evaluations, for what other lanes added): once per evaluation, the
+listing grew with the cache and took over a second per evaluation after ~1,000 candidates on a GPU host.
 
     fd = lock_build_folder(lane.build_root, candidate.code_hash, wait_s=60)
     job_dir, paths, log_fd = prepare_dirs(lane, candidate)
@@ -19,12 +22,20 @@ import shutil
 import stat
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from davinci.kernelgym.config import GymConfig
-from davinci.kernelgym.lane import Lane
 from davinci.types import Candidate
+
+if TYPE_CHECKING:
+    from davinci.kernelgym.lane import Lane
+
+# A lane lists the build cache at least this often (in its own evaluations), so that folders other lanes and
+# evaluator processes added are counted; and whenever its own additions since the last listing pass 1/16 of the
+# cap. With L lanes on one cache, the cache can pass the cap by at most about L/16 of it before one lists it.
+RESCAN_EVERY = 64
 
 
 class BuildBusy(Exception):
@@ -212,10 +223,44 @@ def bound_build(lane: Lane, code_hash: str, cfg: GymConfig) -> int:
     return size
 
 
+@dataclass
+class BuildLedger:
+    """One lane's estimate of the build cache's size between listings (`due`, `listed`)."""
+
+    listed_bytes: int = -1  # the total at the last listing; -1: never listed
+    added_bytes: int = 0  # what this lane recorded since
+    evaluations: int = 0  # this lane's evaluations since
+
+    def due(self, kept_bytes: int, cap_bytes: int) -> bool:
+        """Record one evaluation that kept `kept_bytes`; True when the cache must be listed now."""
+        self.added_bytes += kept_bytes
+        self.evaluations += 1
+        return (self.listed_bytes < 0 or self.evaluations >= RESCAN_EVERY or self.added_bytes > cap_bytes // 16
+                or self.listed_bytes + self.added_bytes > cap_bytes)
+
+    def listed(self, total_bytes: int) -> None:
+        self.listed_bytes, self.added_bytes, self.evaluations = total_bytes, 0, 0
+
+
+def evict_when_due(lane: Lane, code_hash: str, kept_bytes: int, cap_bytes: int) -> list[str]:
+    """After an evaluation that kept `kept_bytes` in its build folder: `evict_builds` when the lane's ledger
+    says the cap may be near; else nothing (no listing)."""
+    if not lane.build_ledger.due(kept_bytes, cap_bytes):
+        return []
+    evicted, total = _evict(lane.build_root, cap_bytes, code_hash)
+    lane.build_ledger.listed(total)
+    return evicted
+
+
 def evict_builds(build_root: Path, cap_bytes: int, keep: str = "") -> list[str]:
     """Evict the least recently evaluated build folders (by their `<hash>.size` record's mtime) while all
     recorded folders hold more than `cap_bytes`; a folder whose build lock another evaluation holds, and
     `keep`, stay. Returns the evicted hashes."""
+    return _evict(build_root, cap_bytes, keep)[0]
+
+
+def _evict(build_root: Path, cap_bytes: int, keep: str) -> tuple[list[str], int]:
+    """`evict_builds`, and the bytes the recorded folders hold afterwards."""
     records = []
     for rec in build_root.glob("*.size"):
         try:
@@ -245,4 +290,4 @@ def evict_builds(build_root: Path, cap_bytes: int, keep: str = "") -> list[str]:
             evicted.append(code_hash)
         finally:
             os.close(fd)
-    return evicted
+    return evicted, total

@@ -19,7 +19,7 @@ We run as root in the host's mount namespace over folders the candidate can writ
 folder), so nothing here opens, chowns or unlinks through a name found there: the logs are files we create
 and read through our own descriptor (`create_log`, `log_tail`), the twin's folder lives under the lane's root
 (`build_twin`), build folders are walked without following links (`scrub_build_dir`, `_chown_tree`) and bounded
-in size after every evaluation (`bound_build`, `evict_builds`).
+in size after every evaluation (`bound_build`, `evict_when_due`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 from davinci.kernelgym.accounting import torch_verdict
 from davinci.kernelgym.backend import BackendInfo
-from davinci.kernelgym.builddirs import (BuildBusy, bound_build, confine_paths, create_log, evict_builds,  # noqa: F401 (BuildBusy: re-raised to the evaluator)
+from davinci.kernelgym.builddirs import (BuildBusy, bound_build, confine_paths, create_log, evict_when_due,  # noqa: F401 (BuildBusy: re-raised to the evaluator)
                                          lock_build_folder, prepare_dirs, release_build_dir)
 from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
@@ -600,6 +600,7 @@ def log_tail(job: Job, limit: int = 2500) -> str:
 
 def cleanup(job: Job) -> None:
     """After the candidate's process is gone: drop its job folder, take its build folder back, unlock it."""
+    kept = 0
     try:
         if job.log_fd is not None:
             os.close(job.log_fd)
@@ -608,11 +609,11 @@ def cleanup(job: Job) -> None:
             shutil.rmtree(job.twin_dir, ignore_errors=True)
         if job.job_dir is not None:
             shutil.rmtree(job.job_dir, ignore_errors=True)
-            bound_build(job.lane, job.candidate.code_hash, job.cfg)
+            kept = bound_build(job.lane, job.candidate.code_hash, job.cfg)
             release_build_dir(job.lane, job.candidate)
     finally:
         release_build_lock(job)
-    evict_builds(job.lane.build_root, job.cfg.build_cache_max_mb << 20, keep=job.candidate.code_hash)
+    evict_when_due(job.lane, job.candidate.code_hash, kept, job.cfg.build_cache_max_mb << 20)
 
 
 def derive_seed(*parts: Any) -> int:

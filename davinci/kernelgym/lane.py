@@ -32,6 +32,7 @@ from typing import Any
 import psutil
 
 from davinci.errors import DavinciError
+from davinci.kernelgym.builddirs import BuildLedger
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.protocol import Channel, ChannelError
 from davinci.kernelgym.sandbox import kill_group, resolve_user, scrubbed_env, socketpair, spawn_worker
@@ -167,6 +168,7 @@ class Lane:
         base = runtime_dir() if self.user else cache_root
         self.root = base / "lanes" / f"lane{index}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.build_root = base / "builds"
+        self.build_ledger = BuildLedger()  # when this lane lists the build cache (`builddirs.evict_when_due`)
         self.transport = "ipc" if self.cuda and cfg.transport != "host" else "host"
         self.transport_note = ""
         self.marker = uuid.uuid4().hex

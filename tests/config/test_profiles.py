@@ -24,6 +24,15 @@ def test_override_sets_typed_value() -> None:
     assert profile.gym.device == "cpu"
 
 
+def test_exponent_without_dot_is_a_number() -> None:
+    """YAML 1.1 reads `5e-4` as a string; a float field takes it as 0.0005, in an override and in a profile."""
+    assert load_profile("tiny", ["rl.lr=5e-4"]).rl.lr == 0.0005
+    assert load_profile("tiny", ["rl.lr=1E3"]).rl.lr == 1000.0
+    for bad in ("nan", "inf", "1e-4x", "fast"):
+        with pytest.raises(ConfigError, match="not a number"):
+            load_profile("tiny", [f"rl.lr={bad}"])
+
+
 def test_unknown_key_names_valid_keys() -> None:
     with pytest.raises(ConfigError) as err:
         load_profile("tiny", ["rl.epochz=3"])

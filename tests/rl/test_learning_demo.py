@@ -87,3 +87,15 @@ def test_probe_sets_fixed_and_per_epoch():
     assert demo.probe_sets(train, 3, 2, "fixed") == [["a", "b", "c"], ["a", "b", "c"]]
     assert demo.probe_sets(train, 3, 3, "per-epoch") == [["a", "b", "c"], ["d", "e", "f"], ["g", "a", "b"]]
     assert demo.probe_sets(train[:2], 3, 1, "per-epoch") == [["a", "b"]]  # never more than the training problems
+
+
+def test_sft_and_rl_pools_are_disjoint_or_shared():
+    """Hand-computed: --sft-n N gives SFT the first N problems and RL the rest; 0 shares all; N too large says so."""
+    spec = importlib.util.spec_from_file_location("learning_demo_pools", SCRIPT)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)  # type: ignore[union-attr]
+    train = list("abcde")
+    assert demo.sft_and_rl_pools(train, 2) == (["a", "b"], ["c", "d", "e"])
+    assert demo.sft_and_rl_pools(train, 0) == (train, train)
+    with pytest.raises(SystemExit, match="--sft-n 5 leaves no problem for RL"):
+        demo.sft_and_rl_pools(train, 5)
