@@ -337,6 +337,7 @@ def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]
     from davinci.config import load_profile
     from davinci.jsonl import write_jsonl
     from davinci.llm.backbone import Backbone
+    from davinci.rl.optim import set_lr, warmup_lr
     from davinci.rl.trainer import make_optimizer, plan_updates
 
     profile = load_profile(args.profile, args.overrides)
@@ -359,8 +360,9 @@ def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]
     plan = plan_updates(len(samples), cfg, seed=profile.seed, epoch=args.epoch)
     todo = plan[done:] if args.steps < 0 else plan[done: done + args.steps]
     history = []
-    for step in todo:
+    for k, step in enumerate(todo):
         t0 = time.perf_counter()
+        set_lr(optimizer, warmup_lr(cfg.lr, cfg.warmup_steps, done + k))  # counted from this epoch's first step
         metrics = distributed_train_step(root, optimizer, [samples[i] for i in step], cfg, env, pad_id=bb.pad_token_id)
         metrics.update(update_s=time.perf_counter() - t0, world_size=float(env.world_size))
         history.append(metrics)

@@ -50,7 +50,7 @@ from davinci.rl.checkpoint import Progress, save_resume
 from davinci.rl.logprobs import response_logprobs
 from davinci.rl.config import RLConfig
 from davinci.rl.losses import LOSSES, LossInputs, normalization_scale
-from davinci.rl.optim import make_optimizer
+from davinci.rl.optim import make_optimizer, set_lr, warmup_lr
 from davinci.rl.samples import TrainSample
 from davinci.tracking import MetricLogger, NullLogger
 
@@ -298,8 +298,10 @@ def run_updates(
     steps = range(progress.step_in_epoch, len(progress.plan))
     for step in tqdm(steps, desc=desc, disable=len(steps) < 2, leave=False):
         t0 = time.perf_counter()
+        lr = warmup_lr(cfg.lr, cfg.warmup_steps, progress.global_step)
+        set_lr(optimizer, lr)
         metrics = train_step(model, optimizer, [samples[i] for i in progress.plan[step]], cfg, pad_id=pad_id, temperature=temperature)
-        metrics["update_s"] = time.perf_counter() - t0
+        metrics["update_s"], metrics["lr"] = time.perf_counter() - t0, lr
         metrics["train_tokens_per_s"] = metrics["tokens"] / max(metrics["update_s"], 1e-9)
         progress = replace(progress, step_in_epoch=step + 1, global_step=progress.global_step + 1)
         history.append(metrics)
