@@ -74,6 +74,13 @@ problems, --probe-sets per-epoch (256 at the same compute) and --probe 256, each
 run's first attempt had shown calibration at 0/32 throughout because every CPU evaluation failed (Triton 3.6's
 interpreter signatures); `check_evaluator` now stops a run whose evaluator rejects the reference
 solutions, and every evaluation logs its verdict breakdown.
+
+Fifth GPU run (benchmarks/results/h200x4/session_2026-11-27d), 4 epochs of 32 fresh problems, RL at lr 5e-4: RL
+diverged (KL to the SFT policy in the hundreds to 10^5 per token, a third of held-out answers no longer compiling;
+held out 0.33 -> 0.22 with shared problems, 0.18 -> 0.01 with --sft-n 800), while continued SFT took --sft-n 800
+from 0.18 to 0.41 in 32 steps: the calibration stop (400 steps there) lands in SFT's steepest rise, where continued
+SFT gains most. RL needs a smaller step or rl.warmup_steps, and a race against continued SFT is fair only once SFT
+has stopped gaining on its own data (--sft-n, trained to its plateau: --calib-target above 1 never stops early).
 """
 
 from __future__ import annotations

@@ -103,6 +103,14 @@ def test_kl_k3_is_nonnegative_and_zero_at_equality():
     assert bool((k3 >= 0).all()) and float(k3[6]) == 0.0
 
 
+def test_kl_k3_is_bounded_per_token_like_low_var_kl():
+    """Hand-computed: k3(x = -1) = e - 2; a token 13 nats below the reference reads 10, not e^13 - 14; 1000
+    nats above reads 10 without overflow."""
+    k3 = kl_per_token(torch.tensor([-1.0, -13.0, 1000.0]), torch.zeros(3), "k3")
+    assert k3.tolist() == pytest.approx([torch.e - 2, 10.0, 10.0])
+    assert bool(torch.isfinite(k3).all())
+
+
 def test_normalization_token_vs_sequence():
     # one agent, lengths 2 and 3: token -> every token 1/5; sequence -> each sequence's mean, averaged
     assert normalization_scale(["policy"] * 2, [2, 3], {"policy": 1.0}, "token") == pytest.approx([0.2, 0.2])
