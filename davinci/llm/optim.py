@@ -10,6 +10,7 @@ created in float32 by peft, so they take the plain AdamW path. Used by SFT (`dav
 (`davinci.rl.optim`).
 
     opt = adamw(params, lr=1e-5, betas=(0.9, 0.95), weight_decay=0.0)
+    set_lr(opt, warmup_lr(1e-5, 20, step))   # before each optimizer step: linear warmup, then the lr
 """
 
 from __future__ import annotations
@@ -65,3 +66,17 @@ def adamw(params: list[torch.nn.Parameter], **adamw_kwargs: Any) -> Any:
     if any(p.dtype in (torch.bfloat16, torch.float16) for p in params):
         return MasterWeightAdamW(params, **adamw_kwargs)
     return torch.optim.AdamW(params, **adamw_kwargs)
+
+
+def warmup_lr(lr: float, warmup_steps: int, step: int) -> float:
+    """The learning rate of the optimizer step that follows `step` finished steps: lr * (step + 1) / warmup_steps
+    during the warmup, then lr. A function of the step alone, so a resumed run takes the same."""
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return lr
+    return lr * (step + 1) / warmup_steps
+
+
+def set_lr(optimizer: Any, lr: float) -> None:
+    """Set every parameter group's learning rate (AdamW and MasterWeightAdamW alike)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -30,7 +30,7 @@ from davinci.errors import MalformedInput
 from davinci.llm.attention import attention_kernels
 from davinci.llm.backbone import Backbone, is_lora
 from davinci.llm.config import SFTConfig
-from davinci.llm.optim import adamw
+from davinci.llm.optim import adamw, set_lr, warmup_lr
 from davinci.llm.types import ChatExample
 from davinci.tracking import MetricLogger
 
@@ -127,7 +127,7 @@ def assistant_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor
 def lr_at(step: int, total: int, cfg: SFTConfig) -> float:
     """Linear warm-up over `warmup_steps`, then cosine decay to lr * min_lr_ratio at the last step."""
     if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
+        return warmup_lr(cfg.lr, cfg.warmup_steps, step)
     span = max(1, total - cfg.warmup_steps - 1)
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     floor = cfg.lr * cfg.min_lr_ratio
@@ -209,8 +209,7 @@ def train_sft(
 def _step(backbone: Backbone, opt: Any, params: list, items: Sequence[TokenizedExample], lr: float, cfg: SFTConfig, counts: list[int]) -> tuple[float, float]:
     """One optimizer step on one batch; returns (loss, gradient norm before clipping)."""
     ids, attn, labels = (t.to(backbone.device) for t in collate(items, backbone.pad_token_id))
-    for group in opt.param_groups:
-        group["lr"] = lr
+    set_lr(opt, lr)
     with attention_kernels(backbone.device):  # no per-shape cuDNN graph builds (davinci.llm.attention)
         loss = assistant_loss(backbone.model, ids, attn, labels)
     opt.zero_grad(set_to_none=True)
