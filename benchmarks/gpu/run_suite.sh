@@ -9,7 +9,7 @@
 # benchold (the tree in .gpu/old, side by side),
 # memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS; learnmain and learnflip: its
 # RL arm and its flipped control as two processes, e.g. on two GPUs sharing $LEARNING_WORK), llmgpu, bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
-# lineage ($LINEAGE_ARGS), firstcall (a fresh process's CUDA init and first launches; N at once), thrnew / throld (issue 14's one-GPU throughput, this tree / .gpu/old; $THR_MODES, $THR_OLD_MODES), ipcrelease, stall ($STALL_ARGS), underload ($UNDERLOAD_ARGS; multi-GPU), cluster (kernelgym_cluster_bench.py on the GPUs; $CLUSTER_ARGS, e.g. --modes local local-dask:8).
+# rlgpus (one RL epoch of the learning demonstration on 1 and N GPUs, its wall split; $RLGPUS_ARGS), lineage ($LINEAGE_ARGS), firstcall (a fresh process's CUDA init and first launches; N at once), thrnew / throld (issue 14's one-GPU throughput, this tree / .gpu/old; $THR_MODES, $THR_OLD_MODES), ipcrelease, stall ($STALL_ARGS), underload ($UNDERLOAD_ARGS; multi-GPU), cluster (kernelgym_cluster_bench.py on the GPUs; $CLUSTER_ARGS, e.g. --modes local local-dask:8).
 # Every job's folder also holds gpu_memory.csv and gpu_memory_by_pid.csv (nvidia-smi every 250 ms; only the GPUs
 # in CUDA_VISIBLE_DEVICES where it is set, so two suites can run side by side, one per GPU, each with its own $OUT).
 # Needs: PYTHONPATH with the repo; KernelBench in $KERNELBENCH_DIR (default .gpu/kernelbench, carried).
@@ -42,6 +42,7 @@ job_cmd() {
     baselines1) echo "python3 benchmarks/gpu/kernelgym_baselines_l1.py --start 50 --stop 100" ;;
     survival)   echo "python3 benchmarks/gpu/kernelgym_survival_gpu.py" ;;
     seedskills) echo "python3 benchmarks/gpu/skills_admit_seed.py --budget-s ${SEED_BUDGET_S:-300}" ;;
+    rlgpus)     echo "python3 benchmarks/gpu/rl_epoch_gpus.py ${RLGPUS_ARGS:-}" ;;
     rl)         echo "python3 benchmarks/gpu/rl_tiny_gpu.py --budget-s ${RL_BUDGET_S:-120}" ;;
     trust)      echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py" ;;
     trustrt)    echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py --presets runtime" ;;

@@ -78,7 +78,7 @@ RANGES: dict[str, Range] = {
     "rl.problems_per_epoch": DEFAULT,  # 0 = every training problem each epoch
     "rl.grad_accum": AT_LEAST_1, "rl.max_grad_norm": POSITIVE,
     "rl.clip_ratio": Range(0, 1), "rl.clip_ratio_high": Range(0, 1), "rl.speedup_cap": POSITIVE,
-    "rl.gamma": FRACTION, "rl.batch_size": AT_LEAST_1, "rl.update_passes": AT_LEAST_1,
+    "rl.gamma": FRACTION, "rl.batch_size": DEFAULT, "rl.update_processes": AT_LEAST_1, "rl.update_passes": AT_LEAST_1,
     "rl.adam_betas": Range(0, 1, hi_open=True), "rl.hack_penalty": ANY,
     "rl.logprob_chunk_rows": AT_LEAST_1, "rl.checkpoint_keep": AT_LEAST_1, "rl.start_state_fraction": FRACTION,
     # skills

@@ -52,6 +52,9 @@ class ModelConfig:
     # (`generate` with a preallocated cache, compiled by transformers on a GPU); auto = graph on a GPU where the
     # layout is supported, else dynamic. benchmarks/gpu/generation_options.py measures each.
     gen_cache: Literal["auto", "graph", "dynamic", "static"] = "auto"
+    # HF backend: generate on these devices of the host, one model replica each, the training device first
+    # (e.g. [cuda:0, cuda:1]; backends.replicas). Empty = the backbone's device only.
+    gen_devices: tuple[str, ...] = ()
     # OpenAI-compatible backend: model name sent to the server ("" = the first of GET /v1/models).
     openai_model: str = ""
     # OpenAI-compatible backend: seconds per request, retries (exponential backoff), parallel requests.

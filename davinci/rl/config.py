@@ -88,6 +88,9 @@ class RLConfig:
     # first steps move every parameter by about lr whatever its gradient's size (on the learning
     # demonstration's 4M-parameter model, lr 5e-4 with no warmup diverged within 8 steps).
     warmup_steps: int = 0
+    # Processes the update runs on: 1 = in this process on its device; N > 1 = N torchrun ranks with FSDP2, one per
+    # visible GPU (gloo processes on the CPU), started per epoch after the rollouts (davinci.rl.torchrun_update).
+    update_processes: int = 1
     # Save a resume checkpoint every this many optimizer steps inside the epoch (0 = only at the end).
     # A full fine-tuning checkpoint of a 1.5B model is ~21 GB (weights + AdamW), so large profiles space them.
     checkpoint_every: int = 1

@@ -295,6 +295,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     up = sub.add_parser("update", help="run an epoch's update steps on a samples file and save the checkpoint")
     up.add_argument("--profile", default="tiny")
+    up.add_argument("--profile-file", default="", help="a resolved profile as JSON (davinci.config.loader.to_dict), instead "
+                    "of --profile/--set: the epoch driver passes the profile it runs with")
+    up.add_argument("--global-step", type=int, default=0, help="optimizer steps of RL before this epoch (rl.warmup_steps counts them)")
     up.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     up.add_argument("--checkpoint", required=True, help="Backbone folder to start from (the sft or previous rl checkpoint)")
     up.add_argument("--samples", required=True, help="samples.jsonl of an RL epoch (TrainSample rows)")
@@ -332,15 +335,30 @@ def _read_samples(path: Path) -> list[TrainSample]:
     return out
 
 
+def _profile(args: argparse.Namespace) -> Any:
+    """The profile from --profile-file (JSON) when given, else --profile with the --set overrides."""
+    from davinci.config import load_profile, profile_from_dict
+
+    if not args.profile_file:
+        return load_profile(args.profile, args.overrides)
+    path = Path(args.profile_file)
+    if not path.is_file():
+        raise InputNotFound(f"no profile file at {path}", "pass the profile.json the epoch driver wrote, or use --profile")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise MalformedInput(f"{path} is not JSON ({exc})", "pass a profile written by davinci.config.loader.to_dict") from exc
+    return profile_from_dict(raw, name=str(raw.get("name", "custom")))
+
+
 def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]:
     """Load, shard, step through the plan, save. Rank 0 writes OUT/metrics.jsonl and OUT/checkpoint."""
-    from davinci.config import load_profile
     from davinci.jsonl import write_jsonl
     from davinci.llm.backbone import Backbone
     from davinci.rl.optim import set_lr, warmup_lr
     from davinci.rl.trainer import make_optimizer, plan_updates
 
-    profile = load_profile(args.profile, args.overrides)
+    profile = _profile(args)
     cfg = profile.rl
     samples_path = Path(args.samples)
     if not samples_path.is_file():
@@ -362,9 +380,12 @@ def run_update(args: argparse.Namespace, env: DistEnv) -> list[dict[str, float]]
     history = []
     for k, step in enumerate(todo):
         t0 = time.perf_counter()
-        set_lr(optimizer, warmup_lr(cfg.lr, cfg.warmup_steps, done + k))  # counted from this epoch's first step
-        metrics = distributed_train_step(root, optimizer, [samples[i] for i in step], cfg, env, pad_id=bb.pad_token_id)
-        metrics.update(update_s=time.perf_counter() - t0, world_size=float(env.world_size))
+        lr = warmup_lr(cfg.lr, cfg.warmup_steps, args.global_step + done + k)  # counted from RL's first step
+        set_lr(optimizer, lr)
+        metrics = distributed_train_step(root, optimizer, [samples[i] for i in step], cfg, env, pad_id=bb.pad_token_id,
+                                         temperature=profile.agents.temperature)  # scored as sampled (the trainer's rule)
+        metrics.update(update_s=time.perf_counter() - t0, world_size=float(env.world_size), lr=lr)
+        metrics["train_tokens_per_s"] = metrics["tokens"] / max(metrics["update_s"], 1e-9)
         history.append(metrics)
     out = Path(args.out)
     if env.is_main:

@@ -7,7 +7,8 @@ One epoch, in order (each phase leaves files in `output_dir`, so a retried task 
                 advantages -> samples, score behaviour (and reference) log-probs; write the rollout files
                 (see `rollout.py`). Skipped when `rollout_meta.json` exists.
   2. update     the seeded sample plan, `run_updates` with a resume checkpoint in `_resume/` every
-                `rl.checkpoint_every` steps; a retry resumes from it, bit-exactly.
+                `rl.checkpoint_every` steps; a retry resumes from it, bit-exactly. With `rl.update_processes` N > 1
+                the update runs on N torchrun ranks with FSDP2 instead (`torchrun_update.py`; a retry repeats it).
   3. save       `checkpoint/` (transformers folder via `Backbone.save` + `trainer_state.pt`), `steps.jsonl`,
                 then `epoch_outputs.json` last. A re-run on a complete folder returns the saved outputs
                 without loading anything (idempotent); `_resume/` is removed once the epoch is complete.
@@ -155,6 +156,16 @@ def _check_config(profile: Profile) -> None:
         )
 
 
+def _check_update_devices(processes: int, device: str) -> None:
+    """rl.update_processes > 1 on a GPU needs that many visible GPUs (one rank each): refused before any work."""
+    if processes <= 1 or not str(device).startswith("cuda") or not torch.cuda.is_available():
+        return
+    count = torch.cuda.device_count()
+    if processes > count:
+        raise ConfigError(f"rl.update_processes = {processes}, but {count} GPU(s) are visible (one rank per GPU)",
+                          f"set rl.update_processes to at most {count}, or make more GPUs visible (CUDA_VISIBLE_DEVICES)")
+
+
 def _load_pending(inputs: EpochInputs) -> list[PendingSummary]:
     """The previous epoch's summaries; none without admission decisions (an unknown reward is not 0)."""
     if not inputs.previous_epoch_dir or not inputs.admissions_path:
@@ -256,7 +267,8 @@ def _rollout_phase(inputs: EpochInputs, backbone: Any, out: Path, library: Any, 
     summary_r = delayed_summary_rewards(pending, admissions, episodes, cfg)
     samples, rewards, counts = build_samples(episodes, profile, backbone, pending, summary_r)
     ref = _reference_model(inputs, backbone) if cfg.kl_coef > 0 or cfg.ref_kl_metric else None
-    micro = max(1, -(-max(cfg.batch_size, 1) // max(cfg.grad_accum, 1)))
+    step_samples = cfg.batch_size or len(samples)  # 0 = the whole epoch's samples in one optimizer step
+    micro = max(1, -(-step_samples // max(cfg.grad_accum, 1)))
     scored = ro.score_all(backbone.model, samples, summary_samples(episodes, backbone, cfg), pad_id=backbone.pad_token_id, micro_batch=micro,
                           ref_model=ref, temperature=profile.agents.temperature, chunk_rows=cfg.logprob_chunk_rows)
     del ref
@@ -363,6 +375,22 @@ def _update_phase(inputs: EpochInputs, backbone: Any, optimizer: Any, start_step
                        temperature=inputs.profile.agents.temperature)
 
 
+def _torchrun_update_phase(inputs: EpochInputs, backbone: Any, start_step: int, meta: dict[str, Any], out: Path, logger: MetricLogger) -> Progress:
+    from davinci.rl.torchrun_update import torchrun_update
+
+    def release() -> None:  # the ranks get the GPU memory this process's copy of the model held
+        backbone.model.to("cpu")
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    if (out / STEPS_FILE).exists():
+        (out / STEPS_FILE).unlink()  # a rerun repeats the whole update: its steps are logged afresh
+    _, progress = torchrun_update(inputs.profile, checkpoint=Path(inputs.checkpoint_dir), out=out, epoch=inputs.epoch,
+                                  global_step=start_step, device=inputs.device, library_version=str(meta["library_version"]),
+                                  samples_path=out / ro.SAMPLES, step_logger=_StepFile(out / STEPS_FILE, logger), release=release)
+    return progress
+
+
 def _finish(inputs: EpochInputs, out: Path, meta: dict[str, Any], progress: Progress, t_update: float, t_start: float) -> EpochOutputs:
     steps = _dedup_steps(out / STEPS_FILE) if (out / STEPS_FILE).exists() else []
     train_tokens = int(sum(r.get("rl/tokens", 0.0) for r in steps))
@@ -401,6 +429,7 @@ def run_rl_epoch(inputs: EpochInputs, collaborators: Collaborators | None = None
     from davinci.skills import SkillStore
 
     _check_config(inputs.profile)
+    _check_update_devices(inputs.profile.rl.update_processes, inputs.device)
     t_start = time.perf_counter()
     out = Path(inputs.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -414,11 +443,15 @@ def run_rl_epoch(inputs: EpochInputs, collaborators: Collaborators | None = None
         library = SkillStore(inputs.skill_store_root).load(inputs.library_version)
         meta = _rollout_phase(inputs, backbone, out, library, collaborators or Collaborators(), int(state["global_step"]))
     t0 = time.perf_counter()
-    _, progress = _update_phase(inputs, backbone, optimizer, int(state["global_step"]), meta, out, logger)
+    if inputs.profile.rl.update_processes > 1:  # FSDP2 ranks under torchrun; the optimizer lives in their shards
+        progress = _torchrun_update_phase(inputs, backbone, int(state["global_step"]), meta, out, logger)
+        save_trainer_state(out / CHECKPOINT_DIR, None, progress, reference_dir=_reference_dir(inputs))
+    else:
+        _, progress = _update_phase(inputs, backbone, optimizer, int(state["global_step"]), meta, out, logger)
+        backbone.save(out / CHECKPOINT_DIR)
+        opt = optimizer if inputs.profile.rl.save_optimizer else None
+        save_trainer_state(out / CHECKPOINT_DIR, opt, progress, reference_dir=_reference_dir(inputs))
     t_update = time.perf_counter() - t0
-    backbone.save(out / CHECKPOINT_DIR)
-    opt = optimizer if inputs.profile.rl.save_optimizer else None
-    save_trainer_state(out / CHECKPOINT_DIR, opt, progress, reference_dir=_reference_dir(inputs))
     outputs = _finish(inputs, out, meta, progress, t_update, t_start)
     logger.log_metrics({f"rollout/{k}": v for k, v in outputs.metrics.items()}, step=progress.global_step)
     logger.log_metrics({f"timing/{k}": float(v) for k, v in asdict(outputs.timing).items()}, step=progress.global_step)

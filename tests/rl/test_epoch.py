@@ -210,3 +210,64 @@ def test_unknown_names_fail_before_any_work(world, runner, tmp_path):
     partial = replace(PROFILE, rl=replace(PROFILE.rl, agent_weights={"policy": 1.0}))
     with pytest.raises(ConfigError, match="selection, summary"):
         run_rl_epoch(replace(_inputs(world, tmp_path / "bad"), profile=partial), runner)
+
+
+def test_batch_size_zero_takes_the_whole_epoch_in_one_step(world, runner, tmp_path):
+    # rl.batch_size 0 is documented as "all of the epoch's samples in one step": the config checks accept it and
+    # the epoch takes exactly one optimizer step, however many samples it made
+    from dataclasses import replace
+
+    from davinci.config import load_profile
+
+    assert load_profile("tiny", ["rl.batch_size=0"]).rl.batch_size == 0
+    profile = replace(PROFILE, rl=replace(PROFILE.rl, batch_size=0))
+    res = run_rl_epoch(replace(_inputs(world, tmp_path / "one"), profile=profile), runner)
+    n_samples = len(Path(res.samples_path).read_text().splitlines())
+    assert n_samples > PROFILE.rl.batch_size and res.timing.steps == res.global_step == 1
+
+
+@pytest.mark.slow
+def test_torchrun_update_gives_the_in_process_epochs(world, runner, tmp_path):
+    # rl.update_processes 2: the same rollouts, the update on two gloo ranks under torchrun (FSDP2). Two epochs give
+    # the in-process epochs' steps, global steps and weights within float tolerance, so the second epoch's AdamW
+    # went on from the first's optimizer shards (a fresh AdamW would move every weight by ~lr on its first step)
+    from dataclasses import replace
+
+    from davinci.llm.backbone import Backbone
+    from davinci.rl.torchrun_update import SHARDED
+
+    dist = replace(PROFILE, rl=replace(PROFILE.rl, update_processes=2))
+    ends = {}
+    for name, profile in (("local", PROFILE), ("torchrun", dist)):
+        first = run_rl_epoch(replace(_inputs(world, tmp_path / name / "e0"), profile=profile), runner)
+        second = run_rl_epoch(replace(_inputs(world, tmp_path / name / "e1", epoch=1, ckpt=Path(first.checkpoint_dir)), profile=profile), runner)
+        ends[name] = (first, second)
+    (l0, l1), (d0, d1) = ends["local"], ends["torchrun"]
+    assert Path(l0.samples_path).read_bytes() == Path(d0.samples_path).read_bytes()
+    assert (d0.global_step, d1.global_step) == (l0.global_step, l1.global_step) and d1.global_step > d0.global_step
+    assert (Path(d1.checkpoint_dir) / SHARDED / ".metadata").is_file()
+    steps = [json.loads(x) for x in Path(d1.steps_path).read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(d0.global_step + 1, d1.global_step + 1)) and steps[0]["rl/world_size"] == 2.0
+    local = dict(Backbone.load(l1.checkpoint_dir, PROFILE.model, device="cpu").model.named_parameters())
+    for name, p in Backbone.load(d1.checkpoint_dir, PROFILE.model, device="cpu").model.named_parameters():
+        torch.testing.assert_close(p.detach(), local[name].detach(), rtol=0, atol=2e-5, msg=name)
+
+
+
+@pytest.mark.slow
+def test_a_failing_rank_fails_the_update_with_its_error(world, tmp_path):
+    # real ranks under torchrun read a samples file that is not one: the update raises with the ranks' own error
+    # (the log's tail) and names the whole log, instead of leaving a checkpoint that was never trained
+    from dataclasses import replace
+
+    from davinci.rl.torchrun_update import DistributedUpdateFailed, torchrun_update
+    from davinci.tracking import MemoryLogger
+
+    bad = tmp_path / "samples.jsonl"
+    bad.write_text('{"key": "p0/policy/0"}\n')
+    profile = replace(PROFILE, rl=replace(PROFILE.rl, update_processes=2))
+    root, _ = world
+    with pytest.raises(DistributedUpdateFailed, match=r"(?s)exited with .*not a training sample.*torchrun.log"):
+        torchrun_update(profile, checkpoint=root / "sft", out=tmp_path / "e0", epoch=0, global_step=0, device="cpu",
+                        library_version="1", samples_path=bad, step_logger=MemoryLogger())
+    assert not (tmp_path / "e0" / "checkpoint").exists()

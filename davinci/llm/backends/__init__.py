@@ -1,6 +1,7 @@
 """Generation backends behind one protocol (`GenerationBackend.generate(prompts, sampling) -> [GenOutput]`).
 
-  hf       transformers `generate` on the in-process backbone (default; sees live weights; ids + logprobs)
+  hf       transformers `generate` on the in-process backbone (default; sees live weights; ids + logprobs); with
+           `model.gen_devices` naming several devices, a replica per device (`backends.replicas`)
   openai   an OpenAI-compatible chat-completions server (`vllm serve`, SGLang, `davinci.llm.server`) over
            HTTP; ids/logprobs when the server returns them, else empty (re-encode with `ensure_ids`)
   vllm     vLLM's offline engine where `import vllm` works (its own environment; see infra/vllm/README.md)
@@ -32,6 +33,10 @@ def _hf(backbone: Any, cfg: ModelConfig) -> GenerationBackend:
 
     if backbone is None:
         raise ConfigError("model.backend=hf generates with an in-process backbone, but none was given", "load one with Backbone.load, or set model.backend=openai")
+    if len(cfg.gen_devices) > 1:
+        from davinci.llm.backends.replicas import ReplicaBackend
+
+        return ReplicaBackend(backbone, cfg.gen_devices, batch_size=cfg.gen_batch_size, cache=cfg.gen_cache)
     return HFBackend(backbone, batch_size=cfg.gen_batch_size, cache=cfg.gen_cache)
 
 

@@ -40,6 +40,8 @@ heads, G = H / Hkv, D head dim, E hidden size, V vocabulary.
 
 from __future__ import annotations
 
+import threading
+
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -259,6 +261,11 @@ class Stepper:
         cache.slot += 1
 
 
+# Serialises CUDA graph captures of replicas decoding in several threads (backends.replicas); a capture is one
+# decoding step, so the lock is held for milliseconds. A lock, not state: nothing is stored under it.
+_CAPTURE_LOCK = threading.Lock()
+
+
 def _run_steps(stepper: Stepper, count: int, capture: bool, check_every: int) -> None:
     """`count` steps: eagerly (CPU, or capture off), or two eager warm-up steps then graph replays."""
     done = 0
@@ -272,8 +279,10 @@ def _run_steps(stepper: Stepper, count: int, capture: bool, check_every: int) ->
         done = min(2, count)
         if done < count:
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                stepper()
+            # on this thread's own side stream (torch's default capture stream is one per process, on the device that
+            # first made it) and blind to other threads: replicas on other GPUs capture at the same time (backends.replicas)
+            with _CAPTURE_LOCK, torch.cuda.graph(graph, stream=side, capture_error_mode="thread_local"):
+                stepper()  # one capture at a time in the process (torch's documented rule); replays run concurrently
             run: Callable[[], None] = graph.replay
     if not capture:
         run = stepper

@@ -127,8 +127,13 @@ def resolve_cache(cache: str, backbone: Backbone) -> str:
 class HFBackend:
     """`GenerationBackend` over a live `Backbone` (sees the weights as they are trained)."""
 
-    def __init__(self, backbone: Backbone, batch_size: int = 16, cache: str = "auto") -> None:
+    def __init__(self, backbone: Backbone, batch_size: int = 16, cache: str = "auto", seed_scope: str = "global") -> None:
+        if seed_scope not in ("global", "device"):
+            raise ConfigError(f"unknown seed_scope {seed_scope!r}", "use 'global' or 'device'")
         self.backbone = backbone
+        # global: a seed resets every generator (torch.manual_seed); device: only this backbone's CUDA device's,
+        # so replicas generating in other threads keep their streams (backends.replicas)
+        self.seed_scope = seed_scope
         self.batch_size = batch_size
         self.cache = resolve_cache(cache, backbone)
         self.fallback = cache == "auto"  # auto: a graph decoder that fails goes on with generate, with a warning
@@ -177,11 +182,18 @@ class HFBackend:
         try:
             with torch.random.fork_rng(devices=devices), attention_kernels(bb.device):
                 if seed is not None:
-                    torch.manual_seed(seed)
+                    self._seed(seed)
                 new, logprobs = self._decode(ids.to(bb.device), attn.to(bb.device), sampling, seed)
         finally:
             bb.model.train(was_training)
         return [self._output(rows[i], new[i].tolist(), logprobs[i].tolist()) for i in range(len(rows))]
+
+    def _seed(self, seed: int) -> None:
+        dev = self.backbone.device
+        if self.seed_scope == "device" and dev.type == "cuda":
+            torch.cuda.default_generators[dev.index if dev.index is not None else torch.cuda.current_device()].manual_seed(seed)
+        else:
+            torch.manual_seed(seed)
 
     def _decode(self, ids: torch.Tensor, attn: torch.Tensor, sampling: Sampling, seed: int | None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.cache != "graph":
@@ -197,7 +209,7 @@ class HFBackend:
                           "transformers generate from now on (model.gen_cache: dynamic avoids the attempt)", stacklevel=2)
             self.cache = "dynamic"
             if seed is not None:
-                torch.manual_seed(seed)
+                self._seed(seed)
             return self._generate(ids, attn, sampling)
 
     def _graph(self, ids: torch.Tensor, attn: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
