@@ -22,7 +22,9 @@ Protocol (issue 13, item 6), every piece the engine's own code:
      problem, and continued SFT then trains on solutions of the very problems RL must solve by itself;
   5. held-out eval of the SFT checkpoint and of each arm on the same problems (`agents.evaluation.run_eval`,
      greedy, `eval.turns` turns), correctness per problem; after - before paired over problems with a
-     bootstrap 95% CI (`paired_bootstrap_ci`).
+     bootstrap 95% CI (`paired_bootstrap_ci`). With --heldout-samples K, every checkpoint is also scored by K samples
+     per held-out problem at the sampling temperature (a pass@1 estimate per problem, the quantity RL optimises,
+     which moves before the greedy answer flips), with its own paired CI (`sampled_*` in summary.json).
 Writes $OUT/summary.json (heldout_n, before, after, ci95_low, ci95_high, control_sft_after,
 control_flipped_after, device, commit, ...), $OUT/per_problem.jsonl, $OUT/learning.png, $OUT/learning_log.txt
 (not log.txt: run_suite.sh sends the job's stdout to $OUT/log.txt, where the two writers would overwrite each other).
@@ -121,6 +123,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sft-n", type=int, default=0,
                     help="the SFT stage and the continued-SFT control see only the first N training problems (their "
                          "reference solutions); RL rolls out the others, whose solutions nothing reads (0: all for both)")
+    ap.add_argument("--heldout-samples", type=int, default=0,
+                    help="also score every checkpoint by K samples per held-out problem at the sampling temperature (the "
+                         "problem's mean correctness: pass@1 estimated from K draws, what RL optimises; the greedy score "
+                         "moves only where a problem's most likely answer changes); 0 = greedy only")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--turns", type=int, default=1)
@@ -316,6 +322,33 @@ def heldout_correct(profile: Any, ckpt: Path, problems: list[Any], work: Path, d
     return correct_with(profile, Backbone.load(ckpt, prof.model, device), problems, work, out)
 
 
+def sampled_correct(profile: Any, ckpt: Path, problems: list[Any], work: Path, device: str, out: Path, k: int) -> list[float]:
+    """Per problem, the share of `k` sampled episodes (agents.temperature, seeded per problem and sample) whose best
+    turn is correct: a pass@1 estimate with k draws."""
+    from davinci.agents.episode import Episode
+    from davinci.agents.evaluation import eval_profile
+    from davinci.agents.runner import run_episodes
+    from davinci.jsonl import read_jsonl, write_jsonl
+    from davinci.kernelgym import evaluate_batch
+    from davinci.llm import Backbone, make_backend
+
+    prof = eval_profile(profile)
+    path = work / "episodes.jsonl"
+    if not path.is_file():  # one file per checkpoint: a rerun of the stage reads it instead of sampling again
+        backbone = Backbone.load(ckpt, prof.model, device)
+        episodes = run_episodes(problems, (), make_backend(backbone, prof.model), prof, epoch=-1, group_size=k, greedy=False,
+                                evaluate_fn=lambda items: evaluate_batch(items, prof.gym))
+        work.mkdir(parents=True, exist_ok=True)
+        write_jsonl(path, [ep.to_dict() for ep in episodes])
+    by_problem: dict[str, list[bool]] = {}
+    for ep in (Episode.from_dict(r) for r in read_jsonl(path)):
+        best = ep.best_turn()
+        by_problem.setdefault(ep.problem_id, []).append(bool(best is not None and best.result is not None and best.result.correct))
+    rates = [sum(by_problem.get(p.id, [])) / k for p in problems]
+    log(out, f"{work.name}: sampled correctness {sum(rates) / max(len(rates), 1):.3f} ({k} samples per problem)")
+    return rates
+
+
 def correct_with(profile: Any, backbone: Any, problems: list[Any], work: Path, out: Path) -> list[float]:
     """Greedy correctness per problem; the verdicts' breakdown goes to the log, so that an evaluator failing for
     its own reasons shows as errors, not as a model that has not learnt."""
@@ -471,10 +504,18 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
     dev = args.device  # the model's; kernelgym's is profile.gym.device (--eval-device)
     # only the SFT checkpoint and its held-out score are waited for: every arm starts from them; any other missing
     # stage ends this process
-    run = lambda name, fn: stage(work, out, name, fn, name in mine, args.wait_s if name in ("sft", "eval_before") else 0.0)  # noqa: E731
+    # a "<eval>_sampled" stage belongs to the process that runs its greedy "<eval>" stage
+    run = lambda name, fn: stage(work, out, name, fn, name.removesuffix("_sampled") in mine,  # noqa: E731
+                                 args.wait_s if name in ("sft", "eval_before", "eval_before_sampled") else 0.0)
     sft_ckpt, sft_steps = run("sft", lambda: _ckpt_and_steps(sft(profile, train, work / "sft", out, None, args.sft_steps, stop, device=dev)))
     sft_ckpt = Path(sft_ckpt)
+    k = args.heldout_samples
+
+    def sampled(name: str, ckpt: Path) -> list[float]:  # the sampled score of a checkpoint, beside its greedy one
+        return run(f"{name}_sampled", lambda: sampled_correct(profile, ckpt, held, work / f"{name}_sampled", dev, out, k)) if k else []
+
     before = run("eval_before", lambda: heldout_correct(profile, sft_ckpt, held, work / "eval_before", dev, out))
+    sampled_scores = {"before": sampled("eval_before", sft_ckpt)}
     log(out, f"before RL: held-out correct {sum(before)}/{len(held)}")
     if held and not sum(before) and not args.smoke_cpu:
         raise SystemExit(f"the SFT checkpoint solves 0 of {len(held)} held-out problems: nothing for RL or the controls to "
@@ -485,16 +526,31 @@ def run_stages(args: argparse.Namespace, profile: Any, splits: tuple[list[Any], 
     if "flipped" in mine and "rl" not in mine:  # a process of its own (another GPU): this control and its eval first
         flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probes, sft_ckpt, work / "flipped", out, args.epochs, dev)))
         run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev, out))
+        sampled("eval_flipped", Path(flip_ckpt))
     rl_ckpt, steps = run("rl", lambda: _ckpt_and_steps(rl(profile, probes, sft_ckpt, work / "rl", out, args.epochs, dev)))
     after = run("eval_rl", lambda: heldout_correct(profile, Path(rl_ckpt), held, work / "eval_rl", dev, out))
+    sampled_scores["rl"] = sampled("eval_rl", Path(rl_ckpt))
     log(out, f"after RL: held-out correct {sum(after)}/{len(held)}")  # each arm as it ends: a time limit keeps them
     cont_ckpt, _ = run("sft_control", lambda: _ckpt_and_steps(sft(profile, train, work / "sft_control", out, sft_ckpt, max(steps, 1), device=dev)))
     after_sft = run("eval_sft", lambda: heldout_correct(profile, Path(cont_ckpt), held, work / "eval_sft", dev, out))
+    sampled_scores["sft"] = sampled("eval_sft", Path(cont_ckpt))
     log(out, f"after continued SFT: held-out correct {sum(after_sft)}/{len(held)}")
     flip_ckpt, _ = run("flipped", lambda: _ckpt_and_steps(rl(flipped, probes, sft_ckpt, work / "flipped", out, args.epochs, dev)))
     after_flip = run("eval_flipped", lambda: heldout_correct(profile, Path(flip_ckpt), held, work / "eval_flipped", dev, out))
+    sampled_scores["flipped"] = sampled("eval_flipped", Path(flip_ckpt))
     log(out, f"after flipped RL: held-out correct {sum(after_flip)}/{len(held)}")
-    return before, after, after_sft, after_flip, sft_steps, steps
+    return before, after, after_sft, after_flip, sft_steps, steps, sampled_scores
+
+
+def sampled_table(scores: dict[str, list[float]], args: argparse.Namespace) -> dict[str, float]:
+    """summary.json's sampled fields: each arm's mean, and RL's after - before with its paired bootstrap CI."""
+    from davinci.agents.evaluation import paired_bootstrap_ci
+
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    diff, lo, hi = paired_bootstrap_ci(scores["before"], scores["rl"], seed=args.seed)
+    return {"sampled_k": args.heldout_samples, "sampled_before": mean(scores["before"]), "sampled_after": mean(scores["rl"]),
+            "sampled_after_minus_before": diff, "sampled_ci95_low": lo, "sampled_ci95_high": hi,
+            "sampled_control_sft": mean(scores["sft"]), "sampled_control_flipped": mean(scores["flipped"])}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -532,9 +588,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for f in work.glob("stage_*.json"):  # finished stages come back with $OUT (small: per-problem lists)
             (out / f.name).write_text(f.read_text())
         return {}
-    before, after, after_sft, after_flip, sft_steps, steps = results
+    before, after, after_sft, after_flip, sft_steps, steps, sampled_scores = results
     diff, lo, hi = paired_bootstrap_ci(before, after, seed=args.seed)
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    sampled_summary = sampled_table(sampled_scores, args) if args.heldout_samples else {}
     summary = {
         "heldout_n": len(held), "before": mean(before), "after": mean(after), "after_minus_before": diff,
         "ci95_low": lo, "ci95_high": hi, "control_sft_after": mean(after_sft), "control_flipped_after": mean(after_flip),
@@ -542,14 +599,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sft_n": args.sft_n, "rl_lr": profile.rl.lr, "sft_lr": profile.sft.lr, "calibration_n": len(calib),
         "probe_n": args.probe, "probe_sets": args.probe_sets, "probe_distinct": distinct, "epochs": args.epochs,
         "device": device_name(args.device), "eval_device": device_name(args.eval_device), "commit": git_commit(), "wall_s": time.perf_counter() - T0, "args": vars(args),
+        **sampled_summary,
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     rows = [{"problem_id": p.id, "before": b, "rl": a, "sft": s, "flipped": f} for p, b, a, s, f in zip(held, before, after, after_sft, after_flip)]
+    for name, scores in sampled_scores.items():  # the sampled scores beside the greedy ones, when asked for
+        for row, x in zip(rows, scores):
+            row[f"{name}_sampled"] = x
     write_jsonl(out / "per_problem.jsonl", rows)
     try:
         plot(out / "learning.png", summary)
     except ImportError as exc:  # matplotlib is not on every GPU machine: summary.json holds the numbers
         log(out, f"no plot: {exc}")
+    if sampled_summary:
+        log(out, f"held-out sampled correctness ({args.heldout_samples} per problem): before {sampled_summary['sampled_before']:.3f}, "
+                 f"RL {sampled_summary['sampled_after']:.3f} (95% CI of after-before [{sampled_summary['sampled_ci95_low']:+.3f}, "
+                 f"{sampled_summary['sampled_ci95_high']:+.3f}]), continued SFT {sampled_summary['sampled_control_sft']:.3f}, "
+                 f"flipped {sampled_summary['sampled_control_flipped']:.3f}")
     log(out, f"held-out correct: before {summary['before']:.3f}, RL {summary['after']:.3f} (after-before {diff:+.3f}, 95% CI "
              f"[{lo:+.3f}, {hi:+.3f}]), continued SFT {summary['control_sft_after']:.3f}, flipped {summary['control_flipped_after']:.3f}")  # fmt: skip
     return summary

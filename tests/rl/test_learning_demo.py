@@ -27,14 +27,18 @@ def test_demo_smoke_writes_the_summary(tmp_path, monkeypatch):
     demo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(demo)  # type: ignore[union-attr]
     monkeypatch.setenv("OUT", str(tmp_path))
-    summary = demo.main(["--smoke-cpu"])
+    summary = demo.main(["--smoke-cpu", "--heldout-samples", "2"])
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert KEYS <= set(on_disk) and on_disk["heldout_n"] == summary["heldout_n"] > 0
+    # the sampled scores (2 draws per problem) ride beside the greedy ones: shares in {0, 0.5, 1} per problem
+    assert all(0.0 <= on_disk[k] <= 1.0 for k in ("sampled_before", "sampled_after", "sampled_control_sft", "sampled_control_flipped"))
+    assert on_disk["sampled_ci95_low"] <= on_disk["sampled_after_minus_before"] <= on_disk["sampled_ci95_high"]
     assert all(0.0 <= on_disk[k] <= 1.0 for k in ("before", "after", "control_sft_after", "control_flipped_after"))
     assert on_disk["before"] > 0.0  # the SFT checkpoint solves some held-out chains: the comparison can move
     assert on_disk["ci95_low"] <= on_disk["after"] - on_disk["before"] <= on_disk["ci95_high"]
     rows = read_jsonl(tmp_path / "per_problem.jsonl")
     assert len(rows) == on_disk["heldout_n"] and (tmp_path / "learning.png").exists()
+    assert all(r["rl_sampled"] in (0.0, 0.5, 1.0) for r in rows)
 
 
 @pytest.mark.slow
@@ -99,3 +103,16 @@ def test_sft_and_rl_pools_are_disjoint_or_shared():
     assert demo.sft_and_rl_pools(train, 0) == (train, train)
     with pytest.raises(SystemExit, match="--sft-n 5 leaves no problem for RL"):
         demo.sft_and_rl_pools(train, 5)
+
+
+def test_sampled_table_hand_computed():
+    """Hand-computed: two problems, before (0, 0.5), RL (0.5, 1): every resample of pairs differs by 0.5."""
+    import argparse
+
+    spec = importlib.util.spec_from_file_location("learning_demo_sampled", SCRIPT)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)  # type: ignore[union-attr]
+    args = argparse.Namespace(heldout_samples=2, seed=0)
+    got = demo.sampled_table({"before": [0.0, 0.5], "rl": [0.5, 1.0], "sft": [0.0, 0.0], "flipped": [1.0, 0.0]}, args)
+    assert got == {"sampled_k": 2, "sampled_before": 0.25, "sampled_after": 0.75, "sampled_after_minus_before": 0.5,
+                   "sampled_ci95_low": 0.5, "sampled_ci95_high": 0.5, "sampled_control_sft": 0.0, "sampled_control_flipped": 0.5}

@@ -27,7 +27,7 @@ Shapes: B prompts in a batch, P padded prompt length, N generated steps, V vocab
 from __future__ import annotations
 
 import warnings
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import torch
 
@@ -124,6 +124,15 @@ def resolve_cache(cache: str, backbone: Backbone) -> str:
     return cache
 
 
+def in_prompt_order(batches: Iterable[list[tuple[int, GenOutput]]], n: int) -> list[GenOutput]:
+    """`generate`'s result from `generate_batches`' [(prompt index, output)] batches: the outputs in prompt order."""
+    results: list[GenOutput | None] = [None] * n
+    for batch in batches:
+        for i, out in batch:
+            results[i] = out
+    return [r for r in results if r is not None]
+
+
 class HFBackend:
     """`GenerationBackend` over a live `Backbone` (sees the weights as they are trained)."""
 
@@ -151,11 +160,7 @@ class HFBackend:
                                int(bb.model.config.vocab_size), logit_rows=8 if self.cache == "graph" else 3)
 
     def generate(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> list[GenOutput]:
-        results: list[GenOutput | None] = [None] * len(prompts)
-        for batch in self.generate_batches(prompts, sampling):
-            for i, out in batch:
-                results[i] = out
-        return [r for r in results if r is not None]
+        return in_prompt_order(self.generate_batches(prompts, sampling), len(prompts))
 
     def generate_batches(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> Iterator[list[tuple[int, GenOutput]]]:
         """`generate`, one batch at a time as each finishes: [(index into `prompts`, output)] per batch.

@@ -36,7 +36,7 @@ import torch
 from davinci.errors import ConfigError
 from davinci.llm.attention import attention_kernels
 from davinci.llm.backbone import Backbone
-from davinci.llm.backends.hf import HFBackend
+from davinci.llm.backends.hf import HFBackend, in_prompt_order
 from davinci.llm.types import GenOutput, Message, Sampling
 
 
@@ -82,11 +82,7 @@ class ReplicaBackend:
         self.concurrent = all(d.type == "cuda" for d in devs) if concurrent is None else concurrent
 
     def generate(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> list[GenOutput]:
-        results: list[GenOutput | None] = [None] * len(prompts)
-        for batch in self.generate_batches(prompts, sampling):
-            for i, out in batch:
-                results[i] = out
-        return [r for r in results if r is not None]
+        return in_prompt_order(self.generate_batches(prompts, sampling), len(prompts))
 
     def generate_batches(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> Iterator[list[tuple[int, GenOutput]]]:
         """HFBackend's batches and seeds, spread over the replicas; each batch yielded as soon as it finishes."""
