@@ -42,47 +42,21 @@ Resumable: every stage (problems, SFT, each arm, each evaluation) writes its res
 span several calls of a warm GPU machine (each call is at most 10 minutes):
     LEARNING_WORK=$PWD/.learning_work LEARNING_ARGS="..." bash benchmarks/gpu/run_suite.sh learning:580   # twice
 
-First GPU run (4 x H200 lease, benchmarks/results/h200x4/session_2026-11-26c): with the old fixed 1,500 SFT steps
-and the family split, held-out correctness before RL was 0/130 (loss 0.48): nothing to measure from. The
-calibration split replaces that guess.
-
-Second GPU run (benchmarks/results/h200x4/session_2026-11-27/learning): every op and lengths 2-4, hidden 384 x 8
-layers, SFT at the tiny profile's lr 5e-3 and batch 4. Calibration stayed at 0/32 from 500 to 4,000 steps (loss 7.8
--> 0.50), so every arm scored 0/100. Why, measured on the CPU afterwards (per-token loss of the answers): the
-tokenizer trained on this templated corpus makes every code line one token (an answer is ~45 tokens), the
-template lines cost ~0, and the whole loss sits on the op lines, ~2.6-3.0 nats each, i.e. a guess among the ops.
-The model had not learnt to copy the prompt's forward lines into kernel lines. Probes of 300-400 steps at batch
-32, lr 2e-3, hidden 128 x 2 layers, greedy answers against the reference solutions' op lines:
-    every op (reductions and row ops too), lengths 2-4   op-line loss 2.6, not learnt
-    8 elementwise ops, lengths 2-3 (447 problems)       op-line loss 0.01; held out 38/40, train 40/40
-    12 elementwise ops, lengths 2-4 (3,000 problems)    op-line loss 0.32; held out 21/40, train 18/40 (learning)
-hence the defaults: the 12 elementwise ops (UNARY_OPS), lengths 2-4, batch 32, lr 2e-3, and calibration checks
-every 100 steps, so SFT stops partway, around --calib-target. A run whose SFT still solves nothing held out
-stops right after `eval_before` and says so; it does not spend the RL arms.
-
-Third GPU run (benchmarks/results/h200x4/session_2026-11-27b/learning): SFT reached the target (0.312 of 32 after
-2,000 steps) and 22/100 held out before RL, but an RL epoch took ~310 s of evaluation for 256 correctness-only
-evaluations on the GPU (8 lanes, host shared with three other GPUs' jobs: a fresh process and CUDA context per
-candidate), so 8 epochs per arm did not fit. --eval-device cpu judges the kernels in kernelgym's CPU lanes
-(Triton interpreter, ~0.1-0.2 s per evaluation on a core) while the model trains and generates on the GPU:
-correctness is all the demonstration measures (timing is off), and summary.json records `eval_device`.
-Every RL epoch logs its median seconds per evaluation phase.
-
-Fourth GPU run (benchmarks/results/h200x4/session_2026-11-27c/learning), kernels judged in CPU lanes: SFT 0.312 of 32
-after 2,000 steps; held out before 0.22, RL 0.22 (+0.000, CI [-0.08, +0.08]), continued SFT 0.31, flipped 0.05, at
-64 optimizer steps each. RL doubled the 32 probe problems' correctness (0.22 -> 0.45) and the flipped arm drove it
-to 0.01, but nothing carried to held-out signatures from 32 problems: the next runs show RL more distinct
-problems, --probe-sets per-epoch (256 at the same compute) and --probe 256, each with a new LEARNING_WORK. The
-run's first attempt had shown calibration at 0/32 throughout because every CPU evaluation failed (Triton 3.6's
-interpreter signatures); `check_evaluator` now stops a run whose evaluator rejects the reference
-solutions, and every evaluation logs its verdict breakdown.
-
-Fifth GPU run (benchmarks/results/h200x4/session_2026-11-27d), 4 epochs of 32 fresh problems, RL at lr 5e-4: RL
-diverged (KL to the SFT policy in the hundreds to 10^5 per token, a third of held-out answers no longer compiling;
-held out 0.33 -> 0.22 with shared problems, 0.18 -> 0.01 with --sft-n 800), while continued SFT took --sft-n 800
-from 0.18 to 0.41 in 32 steps: the calibration stop (400 steps there) lands in SFT's steepest rise, where continued
-SFT gains most. RL needs a smaller step or rl.warmup_steps, and a race against continued SFT is fair only once SFT
-has stopped gaining on its own data (--sft-n, trained to its plateau: --calib-target above 1 never stops early).
+Why these defaults (each measured; the runs are in benchmarks/results/h200x4/session_2026-11-2*/ and
+benchmarks/results/cpu/learning*/):
+- The task family: the tokenizer trained on this templated corpus makes every code line one token, so the whole
+  loss sits on the op lines and SFT must learn to copy the prompt's forward lines into kernel lines. With every op
+  (reductions and row ops too) it did not (op-line loss 2.6 after 4,000 steps); with the 12 elementwise ops
+  (UNARY_OPS), lengths 2-4, batch 32 and lr 2e-3 it does, partway, which leaves held-out correctness between 0 and 1.
+- The calibration stop: a fixed SFT length held out 0/130 on one run; stopping at --calib-target on a split of its
+  own puts the start where the arms can move either way without the held-out split steering anything. A run whose
+  SFT still solves nothing held out stops after `eval_before` and says so.
+- --eval-device cpu: correctness is all the demonstration measures, and the host's CPU lanes (Triton interpreter,
+  ~0.1-0.2 s per evaluation) beat a fresh CUDA context per candidate (~310 s per 256-evaluation epoch on a shared
+  GPU host). `check_evaluator` stops a run whose evaluator rejects the reference solutions (an environment that
+  fails every candidate would read as a model that learnt nothing).
+- RL's step: lr 5e-4 without warmup diverged (KL to SFT up to 10^5 per token); a race against continued SFT is
+  fair only once SFT has stopped gaining on its own data (--sft-n, --calib-target above 1 to train to the plateau).
 """
 
 from __future__ import annotations
@@ -123,10 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--sft-n", type=int, default=0,
                     help="the SFT stage and the continued-SFT control see only the first N training problems (their "
                          "reference solutions); RL rolls out the others, whose solutions nothing reads (0: all for both)")
-    ap.add_argument("--heldout-samples", type=int, default=0,
-                    help="also score every checkpoint by K samples per held-out problem at the sampling temperature (the "
-                         "problem's mean correctness: pass@1 estimated from K draws, what RL optimises; the greedy score "
-                         "moves only where a problem's most likely answer changes); 0 = greedy only")
+    ap.add_argument("--heldout-samples", type=int, default=0, help="also score every checkpoint by K samples per held-out "
+                    "problem at the sampling temperature (pass@1 from K draws, what RL optimises); 0 = greedy only")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--turns", type=int, default=1)
@@ -553,6 +525,23 @@ def sampled_table(scores: dict[str, list[float]], args: argparse.Namespace) -> d
             "sampled_control_sft": mean(scores["sft"]), "sampled_control_flipped": mean(scores["flipped"])}
 
 
+def per_problem_rows(held: list[Any], greedy: tuple[list[float], ...], sampled: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """per_problem.jsonl: each held-out problem's greedy score per arm, and its sampled ones when asked for."""
+    rows = [{"problem_id": p.id, "before": b, "rl": a, "sft": s, "flipped": f} for p, b, a, s, f in zip(held, *greedy)]
+    for name, scores in sampled.items():
+        for row, x in zip(rows, scores):
+            row[f"{name}_sampled"] = x
+    return rows
+
+
+def log_sampled(out: Path, table: dict[str, float]) -> None:
+    """One log line of `sampled_table`'s fields."""
+    log(out, f"held-out sampled correctness ({table['sampled_k']} per problem): before {table['sampled_before']:.3f}, "
+             f"RL {table['sampled_after']:.3f} (95% CI of after-before [{table['sampled_ci95_low']:+.3f}, "
+             f"{table['sampled_ci95_high']:+.3f}]), continued SFT {table['sampled_control_sft']:.3f}, "
+             f"flipped {table['sampled_control_flipped']:.3f}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from davinci.agents.evaluation import paired_bootstrap_ci
     from davinci.jsonl import write_jsonl
@@ -592,6 +581,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     diff, lo, hi = paired_bootstrap_ci(before, after, seed=args.seed)
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
     sampled_summary = sampled_table(sampled_scores, args) if args.heldout_samples else {}
+    if sampled_summary:
+        log_sampled(out, sampled_summary)
     summary = {
         "heldout_n": len(held), "before": mean(before), "after": mean(after), "after_minus_before": diff,
         "ci95_low": lo, "ci95_high": hi, "control_sft_after": mean(after_sft), "control_flipped_after": mean(after_flip),
@@ -602,20 +593,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         **sampled_summary,
     }  # fmt: skip
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    rows = [{"problem_id": p.id, "before": b, "rl": a, "sft": s, "flipped": f} for p, b, a, s, f in zip(held, before, after, after_sft, after_flip)]
-    for name, scores in sampled_scores.items():  # the sampled scores beside the greedy ones, when asked for
-        for row, x in zip(rows, scores):
-            row[f"{name}_sampled"] = x
-    write_jsonl(out / "per_problem.jsonl", rows)
+    write_jsonl(out / "per_problem.jsonl", per_problem_rows(held, (before, after, after_sft, after_flip), sampled_scores))
     try:
         plot(out / "learning.png", summary)
     except ImportError as exc:  # matplotlib is not on every GPU machine: summary.json holds the numbers
         log(out, f"no plot: {exc}")
-    if sampled_summary:
-        log(out, f"held-out sampled correctness ({args.heldout_samples} per problem): before {sampled_summary['sampled_before']:.3f}, "
-                 f"RL {sampled_summary['sampled_after']:.3f} (95% CI of after-before [{sampled_summary['sampled_ci95_low']:+.3f}, "
-                 f"{sampled_summary['sampled_ci95_high']:+.3f}]), continued SFT {sampled_summary['sampled_control_sft']:.3f}, "
-                 f"flipped {sampled_summary['sampled_control_flipped']:.3f}")
     log(out, f"held-out correct: before {summary['before']:.3f}, RL {summary['after']:.3f} (after-before {diff:+.3f}, 95% CI "
              f"[{lo:+.3f}, {hi:+.3f}]), continued SFT {summary['control_sft_after']:.3f}, flipped {summary['control_flipped_after']:.3f}")  # fmt: skip
     return summary

@@ -19,8 +19,8 @@ Choices:
   the update, from the epoch's input checkpoint.
 - The parent's model goes to the CPU before the ranks start, so its GPU memory is theirs.
 - Rank i uses cuda:i of the visible devices (torchrun's LOCAL_RANK); on the CPU the ranks use gloo (the tests).
-The update equals the in-process one within float tolerance (`tests/rl/test_distributed.py`, and
-`tests/rl/test_torchrun_epoch.py` for a whole epoch).
+The update equals the in-process one within float tolerance (`tests/rl/test_distributed.py` for a step,
+`tests/rl/test_epoch.py` for two whole epochs).
 """
 
 from __future__ import annotations

@@ -41,7 +41,6 @@ heads, G = H / Hkv, D head dim, E hidden size, V vocabulary.
 from __future__ import annotations
 
 import threading
-
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 

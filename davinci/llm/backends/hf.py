@@ -124,6 +124,17 @@ def resolve_cache(cache: str, backbone: Backbone) -> str:
     return cache
 
 
+def batch_plan(encoded: Sequence[Sequence[int]], size: int) -> list[tuple[int, list[int]]]:
+    """[(batch number b, prompt indices)]: the prompts longest first, cut into batches of `size`."""
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    return [(b, order[start : start + size]) for b, start in enumerate(range(0, len(order), size))]
+
+
+def batch_seed(sampling: Sampling, b: int) -> int | None:
+    """Batch b's seed: the sampling seed + b (None stays None)."""
+    return None if sampling.seed is None else sampling.seed + b
+
+
 def in_prompt_order(batches: Iterable[list[tuple[int, GenOutput]]], n: int) -> list[GenOutput]:
     """`generate`'s result from `generate_batches`' [(prompt index, output)] batches: the outputs in prompt order."""
     results: list[GenOutput | None] = [None] * n
@@ -169,12 +180,8 @@ class HFBackend:
         on a finished batch (the runner evaluates its kernels) while the next one generates.
         """
         encoded = [self.backbone.encode_chat(p, add_generation_prompt=True) for p in prompts]
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        size = self._batch_size(encoded, sampling)
-        for b, start in enumerate(range(0, len(order), size)):
-            idx = order[start : start + size]
-            seed = None if sampling.seed is None else sampling.seed + b
-            yield list(zip(idx, self.generate_ids([encoded[i] for i in idx], sampling, seed)))
+        for b, idx in batch_plan(encoded, self._batch_size(encoded, sampling)):
+            yield list(zip(idx, self.generate_ids([encoded[i] for i in idx], sampling, batch_seed(sampling, b))))
 
     @torch.no_grad()
     def generate_ids(self, rows: Sequence[Sequence[int]], sampling: Sampling, seed: int | None) -> list[GenOutput]:

@@ -20,7 +20,7 @@ Choices:
 - The first device is the backbone's own (the model being trained is a replica): `gen_devices` must name it.
 
 Run: set `model.gen_devices=[cuda:0,cuda:1]` with `model.backend: hf` (make_backend builds this backend);
-`benchmarks/gpu/learning_demo.py --gen-devices cuda:0,cuda:1` uses it for one RL epoch across GPUs.
+`benchmarks/gpu/rl_epoch_gpus.py` uses it for one RL epoch of the learning demonstration across GPUs.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 from davinci.errors import ConfigError
 from davinci.llm.attention import attention_kernels
 from davinci.llm.backbone import Backbone
-from davinci.llm.backends.hf import HFBackend, in_prompt_order
+from davinci.llm.backends.hf import HFBackend, batch_plan, batch_seed, in_prompt_order
 from davinci.llm.types import GenOutput, Message, Sampling
 
 
@@ -49,14 +49,18 @@ def replica_backbone(backbone: Backbone, device: torch.device) -> Backbone:
     return bb
 
 
+def _indexed(device: torch.device) -> torch.device:
+    """`cuda` as `cuda:0` (torch's default index), so that the two compare equal; any other device as it is."""
+    return torch.device("cuda", 0) if device.type == "cuda" and device.index is None else device
+
+
 def check_devices(backbone: Backbone, devices: Sequence[str]) -> list[torch.device]:
     """`devices` as torch devices: distinct, the backbone's own first, every CUDA index present."""
-    devs = [torch.device(d) for d in devices]
-    devs = [torch.device("cuda", 0) if d.type == "cuda" and d.index is None else d for d in devs]
+    devs = [_indexed(torch.device(d)) for d in devices]
     cuda = [d for d in devs if d.type == "cuda"]
     if len(set(cuda)) != len(cuda):  # CPU may repeat: CPU replicas exist for tests
         raise ConfigError(f"model.gen_devices names a device twice: {list(devices)}", "name each device once, e.g. [cuda:0, cuda:1]")
-    own = backbone.device if backbone.device.index is not None or backbone.device.type != "cuda" else torch.device("cuda", 0)
+    own = _indexed(backbone.device)
     if devs[0] != own:
         raise ConfigError(f"model.gen_devices starts with {devs[0]}, but the model being trained is on {own}",
                           f"list the training device first, e.g. [{own}, ...]")
@@ -87,12 +91,10 @@ class ReplicaBackend:
     def generate_batches(self, prompts: Sequence[Sequence[Message]], sampling: Sampling) -> Iterator[list[tuple[int, GenOutput]]]:
         """HFBackend's batches and seeds, spread over the replicas; each batch yielded as soon as it finishes."""
         encoded = [self.backbone.encode_chat(p, add_generation_prompt=True) for p in prompts]
-        order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
-        size = min(r._batch_size(encoded, sampling) for r in self.replicas)
-        batches = [(b, order[start : start + size]) for b, start in enumerate(range(0, len(order), size))]
+        batches = batch_plan(encoded, min(r._batch_size(encoded, sampling) for r in self.replicas))
         if not self.concurrent:
             for b, idx in batches:
-                yield list(zip(idx, self.replicas[b % len(self.replicas)].generate_ids([encoded[i] for i in idx], sampling, _seed(sampling, b))))
+                yield list(zip(idx, self.replicas[b % len(self.replicas)].generate_ids([encoded[i] for i in idx], sampling, batch_seed(sampling, b))))
             return
         yield from self._concurrent(batches, encoded, sampling)
 
@@ -106,7 +108,7 @@ class ReplicaBackend:
             try:
                 dev = replica.backbone.device
                 with torch.cuda.device(dev) if dev.type == "cuda" else nullcontext():  # this thread's streams and graphs
-                    return list(zip(idx, replica.generate_ids([encoded[i] for i in idx], sampling, _seed(sampling, b))))
+                    return list(zip(idx, replica.generate_ids([encoded[i] for i in idx], sampling, batch_seed(sampling, b))))
             finally:
                 free.put(replica)
 
@@ -122,10 +124,6 @@ class ReplicaBackend:
                 finally:
                     for fut in pending:
                         fut.cancel()
-
-
-def _seed(sampling: Sampling, b: int) -> int | None:
-    return None if sampling.seed is None else sampling.seed + b
 
 
 __all__ = ["ReplicaBackend", "check_devices", "replica_backbone"]
