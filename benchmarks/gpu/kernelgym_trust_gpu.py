@@ -97,6 +97,11 @@ def run(device: str, presets: list[str]) -> list[dict]:
                 r = ev.evaluate(p, c, seed=7)
                 ok = (r.correct and not r.flags) if kind == "honest" else (not r.correct or bool(r.flags))
                 error = r.error or ""
+                neutral = re.search(r"Neutralised:\s*(\w+)", c.code)
+                if kind == "cheat" and neutral and not ok:  # honest in every scored request (its docstring says how)
+                    share = r.details.get(neutral.group(1))
+                    ok = share is not None and share >= 0.99
+                    error = error or f"{neutral.group(1)} {share}"
                 if kind == "cheat" and "Class: cross_eval" in c.code:  # honest outputs; the property is "nothing leaked"
                     leaks = _leaks(Path(ev.cfg.cache_dir))
                     ok, error = not leaks, (f"leaked: {leaks[:3]}" if leaks else error)

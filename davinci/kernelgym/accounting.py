@@ -50,11 +50,14 @@ GLUE = frozenset({
     "_to_copy", "to", "clone", "contiguous", "cat", "stack", "split", "split_with_sizes", "chunk", "unbind",
     "narrow", "detach", "detach_", "alias", "lift_fresh", "lift_fresh_copy", "resize_", "set_", "_reshape_alias",
     "as_strided", "as_strided_", "expand", "expand_copy", "permute", "transpose", "t", "view", "reshape",
-    "_unsafe_view", "squeeze", "unsqueeze", "flatten", "unflatten", "select", "slice", "index_select",
+    "_unsafe_view", "squeeze", "unsqueeze", "flatten", "unflatten", "select", "slice",
     "constant_pad_nd", "arange", "scalar_tensor", "_local_scalar_dense", "item", "is_nonzero", "equal",
-    "record_stream", "_copy_from", "_copy_from_and_resize", "pin_memory", "_pin_memory", "masked_fill_",
+    "record_stream", "_copy_from", "_copy_from_and_resize", "pin_memory", "_pin_memory",
     "randn", "rand", "normal_", "uniform_", "random_", "randint",
 })
+# Not glue although they only move values: `masked_fill_` and `index_select` with indices or a mask computed from
+# the data compute any elementwise function (a lookup table indexed by the float's bytes, a mask from its sign:
+# cheats_v2/c2_fb_glue_lut_relu*), so they are compute ops, counted and poisoned like `where` and `gather`.
 MIN_POISON_NUMEL = 16
 # Glue that allocates or fills: its result holds none of its arguments' values (`PoisonMode._derive`).
 FRESH = frozenset({
@@ -165,6 +168,7 @@ class PoisonMode(TorchDispatchMode):
         # cat / stack): an output that is a copy of the kernels' stores is theirs (`StoreRecorder.kernel_share`),
         # e.g. `buf[:, :n].contiguous()` or `torch.cat([a, b])` of two kernels' buffers
         self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.provenance: Any = None  # provenance.Provenance on the CPU: what each op reads, vouched for
 
     def track_inputs(self, values: Any) -> int:
         """Mark the forward's inputs (their storages); returns their element count (tensor inputs)."""
@@ -203,13 +207,29 @@ class PoisonMode(TorchDispatchMode):
                 self.copies.append((piece, t))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        prov = self.provenance
+        if prov is not None:
+            prov.before_op(_base_name(func), func, args, kwargs)
+        out = self._dispatch(func, args, kwargs)
+        if prov is not None:
+            prov.after_op(func, args, kwargs, out)  # after poisoning: the op's result as the forward sees it
+        return out
+
+    def _run(self, func: Any, args: Any, kwargs: Any) -> Any:
+        if is_custom(func) and self.provenance is not None:  # its body runs with this mode popped: observe it
+            from davinci.kernelgym.provenance import observed_call
+
+            return observed_call(func, args, kwargs, self.provenance)
+        return func(*args, **(kwargs or {}))
+
+    def _dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
         before = self.launches()
         if self.mark:
             self.marks += 1
             with torch._C._profiler._RecordFunctionFast(HIDDEN_MARK):
-                out = func(*args, **(kwargs or {}))
+                out = self._run(func, args, kwargs)
         else:
-            out = func(*args, **(kwargs or {}))
+            out = self._run(func, args, kwargs)
         name = f"{func.namespace}::{_base_name(func)}" if is_custom(func) else _base_name(func)
         self.ops[name] = self.ops.get(name, 0) + 1
         if is_custom(func) and self.launches() > before:
@@ -253,6 +273,7 @@ def plain_load(load: Any) -> Any:
     not volatile, whatever its trailing parameters are called in this Triton release."""
     import inspect
 
+    load = inspect.unwrap(load)  # Triton's own method under any recorder's wrapper (a second install)
     names = list(inspect.signature(load).parameters)[1:]  # after the builder
     if names[:2] != ["ptrs", "mask"]:
         raise RuntimeError(f"this Triton's InterpreterBuilder.create_masked_load{tuple(names)} does not start with (ptrs, "
@@ -262,6 +283,11 @@ def plain_load(load: Any) -> Any:
     def read(builder: Any, ptrs: Any, mask: Any) -> Any:
         return load(builder, ptrs, mask, *rest)
     return read
+
+
+# Bytes of addresses and values one record holds at most (a flood of stores past it leaves the shares unknown, at
+# the interpreter's cost in the candidate's own timed calls).
+RECORD_LIMIT = 1 << 30
 
 
 class StoreRecorder:
@@ -279,6 +305,8 @@ class StoreRecorder:
         self.stores: list[tuple[Any, Any]] = []
         self.loads: list[Any] = []  # addresses the kernels loaded while recording
         self.installed = False
+        self.bytes = 0  # recorded since `start`; past RECORD_LIMIT the record stops and the shares are unknown
+        self.overflow = False
 
     def install(self, builder_cls: Any = None) -> bool:
         """Wrap the interpreter's store, load and atomic entry points (of `builder_cls`, default Triton's
@@ -293,7 +321,7 @@ class StoreRecorder:
         original, load, rec = builder_cls.create_masked_store, builder_cls.create_masked_load, self
 
         def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
-            if rec.recording:
+            if rec.recording and rec._room(ptrs.data.size * 16):
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
@@ -302,13 +330,14 @@ class StoreRecorder:
             return original(builder, ptrs, value, mask, *rest, **kw)
 
         def create_masked_load(builder: Any, ptrs: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
-            if rec.recording:
+            if rec.recording and rec._room(ptrs.data.size * 8):
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
                 rec.loads.append(ptrs.data[keep].astype(np.int64).ravel())
             return load(builder, ptrs, mask, *rest, **kw)
 
+        create_masked_store.__wrapped__, create_masked_load.__wrapped__ = original, load  # type: ignore[attr-defined]
         builder_cls.create_masked_store = create_masked_store
         builder_cls.create_masked_load = create_masked_load  # every load path of the interpreter ends here
         self._install_atomics(builder_cls, plain_load(load))
@@ -337,20 +366,26 @@ class StoreRecorder:
 
         def create_atomic_rmw(builder: Any, op: Any, ptr: Any, val: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
             out = rmw(builder, op, ptr, val, mask, *rest, **kw)
-            if rec.recording:
+            if rec.recording and rec._room(ptr.data.size * 24):
                 record(builder, ptr, mask)
             return out
 
         def create_atomic_cas(builder: Any, ptr: Any, *rest: Any, **kw: Any) -> Any:
             out = cas(builder, ptr, *rest, **kw)
-            if rec.recording:
+            if rec.recording and rec._room(ptr.data.size * 24):
                 record(builder, ptr, None)
             return out
 
         builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas = create_atomic_rmw, create_atomic_cas
 
     def start(self) -> None:
-        self.stores, self.loads, self.recording = [], [], True
+        self.stores, self.loads, self.recording, self.bytes, self.overflow = [], [], True, 0, False
+
+    def _room(self, nbytes: int) -> bool:
+        """Whether `nbytes` more fit under RECORD_LIMIT (every scored CPU request records: memory stays bounded)."""
+        self.bytes += nbytes
+        self.overflow = self.overflow or self.bytes > RECORD_LIMIT
+        return not self.overflow
 
     def input_share(self, ranges: list[tuple[int, int, int]], elements: int) -> float | None:
         """Share of the inputs' `elements` the kernels loaded: distinct loaded element addresses inside `ranges`
@@ -359,7 +394,7 @@ class StoreRecorder:
         off, another thread) reads none of them."""
         import numpy as np
 
-        if not elements or not ranges:
+        if not elements or not ranges or self.overflow:
             return None
         if not self.loads:
             return 0.0
@@ -381,6 +416,8 @@ class StoreRecorder:
         in-place kernel) and a glue copy of a kernel's buffer (`buf[:, :n].contiguous()`) are both its work."""
         import numpy as np
 
+        if self.overflow:  # a partial record would undercount the kernels' stores
+            return None
         total, produced = 0, 0
         by_size: dict[int, tuple[Any, Any] | None] = {}  # the last stores of each element size, built once
         for leaf in leaves:

@@ -6,8 +6,10 @@ So after the last scored round (`perf.timing`), the supervisor sends one or two 
 the same input sets, fresh inputs, the same harness path; their samples are never used:
 
     audit A  every large PyTorch result of the fill and the calls poisoned (accounting.PoisonMode), and on the
-             CPU the kernels' stores recorded: a spot-checked output that no longer matches is `torch_compute`,
-             an output the kernels did not store is `host_compute`; a request that took far longer than the
+             CPU the kernels' stores recorded and every value read traced to an observed writer (provenance.py,
+             on inputs no earlier call saw, so state left by earlier calls holds nothing of the answer): a
+             spot-checked output that no longer matches is `torch_compute`, an output the kernels did not store
+             or values of unknown origin are `host_compute`; a request that took far longer than the
              scored rounds (10x their median wall + 5 ms) means the candidate behaves differently when it can
              see it is watched (`watched_behaviour`);
     audit B  (GPU) the calls under torch.profiler: every kernel and copy of timed calls, for the coverage and
@@ -17,8 +19,10 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
              (glue copies not credited: tracking them needs the mode) must not fall below half of what it is in
              audit A: a candidate that runs its kernels only when a mode or the profiler is on, and PyTorch
              plus a token launch otherwise, stores ~100% of its output in A and ~0% here
-             (`watched_behaviour`; attack: cheats_v2/c2_fb_watch_token_switch). A candidate that finds the
-             store record itself (in its own process) can still tell: cheats_open/c3_b2b_watch_recorder_flag.
+             (`watched_behaviour`; attack: cheats_v2/c2_fb_watch_token_switch). Every scored CPU request
+             records the stores too and reports its share (the lowest of them and U's is compared), so a candidate
+             that finds the store record in its own process and runs honestly only while it records
+             (cheats_v2/c2_fb_watch_recorder_flag) runs honestly in every scored request.
 
     audit_rounds(job, sets, rng, acc, canary_limit_ms)
 """
@@ -31,7 +35,7 @@ import time
 from typing import Any
 
 from davinci.kernelgym.accounting import torch_verdict
-from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, ref
+from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, provenance_from, ref
 
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
@@ -101,6 +105,8 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
         ev.torch_compute = ev.torch_compute or torch_verdict(changed, reply.get("torch_work"),
                                                              (job.info.get("work") or {}).get("torch_work"),
                                                              *hidden_evidence(reply))
+    if "unexplained" in reply and reply.get("ok"):
+        ev.host_compute = ev.host_compute or provenance_from(reply)
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (
@@ -130,7 +136,10 @@ def audit_rounds(job: Job, sets: list[str], rng: random.Random, acc: dict[str, A
                  profile: bool) -> None:
     """(CPU) audit U, audit A, then (GPU, `profile`) audit B; see the module docstring."""
     if "torch_compute" in job.checks or "host_compute" in job.checks:
-        unwatched = _unwatched(job, sets, rng, limit) if not job.lane.cuda and "watched_behaviour" in job.checks else None
+        unwatched = None
+        if not job.lane.cuda and "watched_behaviour" in job.checks:  # the lowest share of U and the scored rounds
+            shares = [s for s in [_unwatched(job, sets, rng, limit), *acc.get("scored_shares", [])] if s is not None]
+            unwatched = min(shares, default=None)
         _poisoned(job, sets, rng, acc, limit, unwatched)
     if profile and job.lane.cuda:
         _profiled(job, sets, rng)

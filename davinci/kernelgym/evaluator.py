@@ -472,6 +472,7 @@ def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
                  "kernels": [[n, round(us, 1)] for n, us in (job.evidence.profiler_kernels or [])[:12]],
                  "work": job.info.get("work"), "transport_note": lane.transport_note,
                  "hidden_work_error": job.hidden_work_error or None,
+                 "scored_kernel_share": job.evidence.scored_kernel_share,
                  "phase_s": {k: round(v, 3) for k, v in job.phase_s.items()},
                  "round_trips": {k: [int(n), round(sec, 4)] for k, (n, sec) in job.round_trips.items()},
                  "runs_ms": job.runs_ms},

@@ -232,6 +232,7 @@ class LaunchRecorder:
         self.kernel_s = 0.0
         self.installed: list[str] = []
         self.total = 0  # every launch since install, recording or not (accounting.PoisonMode reads it)
+        self.provenance: Any = None  # provenance.Provenance during the CPU accounting forward
 
     def count(self) -> int:
         return self.total
@@ -248,6 +249,17 @@ class LaunchRecorder:
 
         def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
             rec.total += 1
+            prov = rec.provenance
+            if prov is not None and not kwargs.get("warmup"):  # what the kernel reads, vouched for (provenance.py)
+                name = getattr(getattr(fn_self, "fn", None), "__name__", type(fn_self).__name__)
+                prov.before_launch(name, args, kwargs)
+                try:
+                    return timed(fn_self, *args, **kwargs)
+                finally:
+                    prov.after_launch(name)
+            return timed(fn_self, *args, **kwargs)
+
+        def timed(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
             if not rec.active or kwargs.get("warmup"):
                 return original(fn_self, *args, **kwargs)
             rec.names.append(getattr(getattr(fn_self, "fn", None), "__name__", type(fn_self).__name__))

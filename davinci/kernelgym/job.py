@@ -43,6 +43,7 @@ from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import Mode, gpu_gate
 from davinci.kernelgym.lane import ChildHandle, Lane, WorkerDied
+from davinci.kernelgym.provenance import provenance_verdict
 from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError, malformed_number
 from davinci.types import Candidate, Problem
 
@@ -96,6 +97,7 @@ class Job:
     hidden_work_error: str = ""                            # why the profiler beside the mode saw nothing
     hidden_tampered: str = ""                              # the candidate switched that profiler off
     last_input_share: float | None = None                  # CPU accounting forward: input elements kernels loaded
+    last_provenance: str | None = None                     # CPU accounting forward: host_compute from provenance.py
     compiled: bool = False
     numerics_ok: bool = False
     trials_run: int = 0
@@ -422,6 +424,8 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     if ev.get("torch_hidden_error"):  # the profiler beside the mode could not look: hidden work unknown
         job.hidden_work_error = str(ev["torch_hidden_error"])[:300]
     job.last_input_share = ev.get("input_share")
+    if "unexplained" in ev:
+        job.last_provenance = provenance_from(ev)
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))
@@ -487,6 +491,16 @@ def _trial(job: Job, t: int) -> bool:
     return ok
 
 
+def provenance_from(ev: dict[str, Any]) -> str | None:
+    """`host_compute` evidence from a reply's provenance fields (provenance.py), None when they show nothing."""
+    try:
+        return provenance_verdict(int(ev["unexplained"]), int(ev.get("output_elements") or 0),
+                                  [str(w) for w in list(ev.get("unexplained_where") or [])[:4]],
+                                  ev.get("provenance_unhooked") is not False, int(ev.get("calls") or 1))
+    except (TypeError, ValueError):  # the reply is the candidate process's: its fields may be anything
+        return "the provenance evidence sent by the candidate's process is malformed"
+
+
 def accounts(job: Job) -> bool:
     """Whether this evaluation runs the accounting call (its checks are enabled)."""
     return "torch_compute" in job.checks or "host_compute" in job.checks
@@ -503,7 +517,9 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
         job.evidence.torch_compute = torch_verdict(changed, job.last_torch_work, (job.info.get("work") or {}).get(
             "torch_work"), job.last_torch_hidden, job.hidden_tampered)
     share, read = job.last_kernel_share, job.last_input_share
-    if share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
+    if job.last_provenance and not job.evidence.torch_compute:
+        job.evidence.host_compute = job.last_provenance
+    elif share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
         job.evidence.host_compute = (f"only {100 * share:.0f}% of the output's elements hold values the candidate's "
                                      "kernels stored there; the rest was computed elsewhere (NumPy, Python)")
     elif read is not None and read < INPUT_SHARE_MIN and not job.evidence.torch_compute:

@@ -263,6 +263,10 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     ev.timed_calls += len(order)
     ev.timed_launchless += len(order) - sum(1 for n in launches[:len(order)] if isinstance(n, int) and n > 0)
     ev.reused_storage += int(tr.get("reused_storage", 0))
+    share = tr.get("kernel_share_raw")  # CPU: the kernels' share of this scored request's outputs (audit.py)
+    if isinstance(share, (int, float)):
+        acc.setdefault("scored_shares", []).append(float(share))
+        ev.scored_kernel_share = min(acc["scored_shares"])
     ev.launched_after.update(str(n) for n in tr.get("launched_after") or [])
     outputs = tr.get("outputs") or []
     if len(outputs) != len(order):

@@ -45,8 +45,8 @@ import tempfile
 import time
 import traceback
 import types
-from contextlib import nullcontext
-from typing import Any
+from contextlib import contextmanager, nullcontext
+from typing import Any, Iterator
 
 import torch
 
@@ -54,6 +54,7 @@ from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder
+from davinci.kernelgym.provenance import Provenance, module_globals
 from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
@@ -208,6 +209,7 @@ class Harness:
         try:
             if mode is not None:
                 elements = mode.track_inputs(slot)
+                prov = self._provenance(mode, slot)
                 self.stores.start()
                 with accounted(mode) as hidden:
                     out = self.model(*slot)
@@ -218,6 +220,7 @@ class Harness:
         except BaseException as exc:
             self.rec.stop()
             self.stores.stop()
+            self.rec.provenance = None
             return {"ok": False, "error": _tb(exc)}, []
         fwd_ms = (self._perf() - t0) * 1e3
         launched, kernel_ms = self.rec.stop()
@@ -230,6 +233,9 @@ class Harness:
                     "threads": [*before, *guards.thread_counts()], "launched_after": after}
         if mode is not None:
             evidence.update(self._accounting(mode, hidden, leaves, elements))
+            unhooked = prov is not None and (mode.provenance is not prov or self.rec.provenance is not prov)
+            self.rec.provenance = mode.provenance = None
+            evidence.update(self._provenance_evidence(prov, leaves, unhooked))
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
@@ -246,6 +252,42 @@ class Harness:
         if self.mode == "host":
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
         return reply, out_blobs
+
+    def _provenance(self, mode: PoisonMode, slot: list[Any]) -> Provenance | None:
+        """CPU: vouch for the forward's starting state (inputs, the model, its module's globals) and watch what
+        every op and launch reads from here on (provenance.py)."""
+        if not self.stores.installed:
+            return None
+        prov = Provenance(self.stores)
+        prov.snapshot([slot, self.model, module_globals(self.model)])
+        mode.provenance = self.rec.provenance = prov
+        return prov
+
+    @contextmanager
+    def _harness_writes(self, tensors: list[Any]) -> Iterator[None]:
+        """The harness writing the inputs while a provenance record is on (audit A's fill): not the candidate's
+        writes, and what they leave is vouched for."""
+        prov = self.rec.provenance
+        if prov is None:
+            yield
+            return
+        prov.paused += 1
+        try:
+            yield
+        finally:
+            prov.paused -= 1
+            prov.vouch(tensors)
+
+    @staticmethod
+    def _provenance_evidence(prov: Provenance | None, leaves: list[Any], unhooked: bool, calls: int = 1) -> dict[str, Any]:
+        """The forward's unexplained reads and writes (its outputs checked last), in elements; a record the
+        candidate unhooked (`unhooked`: the hooks no longer held it when the calls returned) is evidence itself."""
+        if prov is None:
+            return {}
+        prov.check_output(leaves)
+        return {"unexplained": prov.unexplained, "unexplained_where": [str(w) for w in prov.where[:4]],
+                "provenance_unhooked": unhooked, "calls": calls,
+                "output_elements": sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))}
 
     def _accounting(self, mode: PoisonMode, hidden: HiddenWork, leaves: list[Any], elements: int) -> dict[str, Any]:
         """The accounting forward's evidence (accounting.py): PyTorch's work, seen by the mode or out of its
@@ -277,9 +319,9 @@ class Harness:
             return self._profiled(h, blobs)
         t0 = self._perf()
         sets = [self.slots[name] for name in h["sets"]]
-        with self.timer.harness():  # the harness's own device work (a profiled round leaves it out)
-            for slot, descs in zip(sets, h.get("fill") or []):
-                self._fill(slot, descs, blobs)
+        with self.timer.harness(), self._harness_writes([x for slot in sets for x in slot]):
+            for slot, descs in zip(sets, h.get("fill") or []):  # the harness's own device work (a profiled round
+                self._fill(slot, descs, blobs)                  # leaves it out), its own writes (provenance)
         self._drop_kept("timed")  # normally released already; a round that failed midway may have left it
         t1 = self._perf()
         with self.timer.harness():
@@ -289,18 +331,31 @@ class Harness:
         call, launches = self._counting(self.model)  # the same call the reference worker times for the baselines
         before = guards.thread_counts()
         after: list[float] = []
+        # CPU: every scored request records the kernels' stores (audit.py), so the record being on tells the
+        # candidate nothing about which requests are checked
+        record = self.stores.installed and not self.stores.recording
+        if record:
+            self.stores.start()
         t2 = self._perf()
-        events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after)
+        try:
+            events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after)
+        finally:
+            if record:
+                self.stores.stop()
         t3 = self._perf()
         handed = self._hand_over(outs)
         if "bad" in handed:
             return {"ok": False, **handed["bad"]}, []
         leaves = handed["leaves"]
+        shares = {}
+        if record:
+            shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves])}
+            self.stores.stores, self.stores.loads = [], []
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "launched_after": handed["late"], "outputs": handed["outputs"], "launches": launches,
                 "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()],
-                "canary_ms": idle[0], "canary_probes": idle[1],
+                "canary_ms": idle[0], "canary_probes": idle[1], **shares,
                 # where the request's time went, by this process's own clock (a diagnostic, never a figure)
                 "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
                               "outputs": (self._perf() - t3) * 1e3}}, handed["blobs"]
@@ -345,12 +400,15 @@ class Harness:
         result poisoned (accounting.py) and, on the CPU, the kernels' stores recorded. Its samples are never
         used; its outputs are checked like any round's."""
         mode = PoisonMode(launches=self.rec.count, track_copies=self.stores.installed)
+        prov = self._provenance(mode, [x for name in h["sets"] for x in self.slots[name]])
         self.stores.start()
         try:
             with accounted(mode) as hidden:  # and the CPU profiler: PyTorch work out of the mode's sight
                 reply, out_blobs = self._time({**h, "audit": False}, blobs)
         finally:
             self.stores.stop()
+            unhooked = prov is not None and (mode.provenance is not prov or self.rec.provenance is not prov)
+            self.rec.provenance = mode.provenance = None
         reply["torch_ops"] = mode.poisoned[:32]
         reply["torch_work"] = (mode.work + hidden.work) / max(1, len(h.get("order") or ()))  # per timed call
         reply.update(hidden.evidence())
@@ -359,6 +417,7 @@ class Harness:
             timed = self._timed_leaves()
             reply["kernel_share"] = self.stores.kernel_share(timed, mode.copies)
             reply["kernel_share_raw"] = self.stores.kernel_share(timed)  # compared with the unwatched audit's
+            reply.update(self._provenance_evidence(prov, timed, unhooked, len(h.get("order") or ()) or 1))
         self.stores.stores, self.stores.loads = [], []
         return reply, out_blobs
 

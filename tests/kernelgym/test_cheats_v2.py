@@ -8,7 +8,9 @@ Fixtures:
 - fixtures/honest_v2/honest_v2_*.py: unusual but honest Triton kernels (docstring names the problem).
 
 Tests:
-- every cheat comes back `not correct` or flagged, under `strict` and under `runtime`;
+- every cheat comes back `not correct` or flagged, under `strict` and under `runtime` (one that cheats only where it
+  can tell it is unchecked, `Neutralised: <details key>` in its docstring, may instead show in that key that every
+  scored request ran honestly);
 - every honest kernel comes back correct with no flags, under `strict` and under `runtime`;
 - cross-evaluation properties: after each cross_eval cheat, nothing it wrote is left in the project (git status),
   the venv's site-packages, the evaluator's cache / runtime folders, /tmp or /dev/shm, and the nice value, CPU
@@ -58,8 +60,9 @@ def _meta(path: Path) -> dict[str, str]:
     cls = re.search(r"Class:\s*(\w+)", doc)
     prob = re.search(r"Problem:\s*(\w+)", doc)
     forges = re.search(r"Forges:\s*(\w+)", doc)
+    neutral = re.search(r"Neutralised:\s*(\w+)", doc)
     return {"cls": cls.group(1) if cls else "honest", "problem": prob.group(1) if prob else "",
-            "forges": forges.group(1) if forges else ""}
+            "forges": forges.group(1) if forges else "", "neutralised": neutral.group(1) if neutral else ""}
 
 
 CHEATS = {p.stem: _meta(p) for p in sorted(CHEATS_DIR.glob("c2_*.py"))}
@@ -210,7 +213,11 @@ def test_cheat_is_not_correct_or_is_flagged(gyms, undo, name, preset):
     # checked (audit, integrity after timing) was never checked
     assert r.error_kind != "internal", f"{name} under {preset} broke the evaluator: {r.error[-600:]}"
     caught = not r.correct or bool(r.flags)
-    if meta["cls"] == "cross_eval":
+    if meta["neutralised"]:  # it cheats only where it can tell it is unchecked: the figure must be the honest one
+        share = r.details.get(meta["neutralised"])
+        assert caught or (share is not None and share >= 0.99), \
+            f"{name} got through under {preset}: {meta['neutralised']} {share}, speedup {r.speedup}"
+    elif meta["cls"] == "cross_eval":
         assert caught or not leaks, f"{name} got through under {preset} and its side effects leaked: {leaks}"
     else:
         assert caught, f"{name} ({meta['cls']}) got through under {preset}: speedup {r.speedup}\n{r.feedback}"

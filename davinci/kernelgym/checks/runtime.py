@@ -59,6 +59,7 @@ class Evidence:
     torch_compute: str | None = None            # accounting.py: the answer depended on PyTorch's own results
     watched: str | None = None                  # audit.py: far slower when the accounting was on
     host_compute: str | None = None             # CPU: the output's values were not stored by the kernels
+    scored_kernel_share: float | None = None    # CPU: the lowest share of a scored request's outputs kernels stored
     coverage: float | None = None               # own kernels' share of forward time (profiler, or CPU launch clock)
     min_coverage: float = 0.0
 

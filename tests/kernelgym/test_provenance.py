@@ -1,0 +1,178 @@
+"""Value provenance on the CPU (`provenance.Provenance`, Triton interpreter): every value a kernel or an aten op
+reads, and every value returned, was written by an observed writer. Each test is one way of getting values in
+out of sight (the attacks are the red team's fixtures cheats_v2/c2_fb_numpy_*, c2_fb_python_item_fill,
+c2_fb_numpy_inside_kernel), against the honest chain beside it; counts are hand-computed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from davinci.kernelgym import guards  # noqa: E402
+from davinci.kernelgym.accounting import PoisonMode, StoreRecorder  # noqa: E402
+from davinci.kernelgym.provenance import Provenance, provenance_verdict  # noqa: E402
+
+N = 64
+
+
+@triton.jit
+def _copy(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n  # the lanes past n
+    tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+
+@triton.jit
+def _relu(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n  # the lanes past n
+    tl.store(dst + offs, tl.maximum(tl.load(src + offs, mask=m), 0.0), mask=m)
+
+
+@pytest.fixture(scope="module")
+def hooks() -> tuple[guards.LaunchRecorder, StoreRecorder]:
+    rec, stores = guards.LaunchRecorder(), StoreRecorder()
+    rec.install(False)
+    assert stores.install()
+    return rec, stores
+
+
+@contextlib.contextmanager
+def watched(hooks: Any, roots: list[Any]) -> Iterator[Provenance]:
+    """A forward as the harness runs it: the state vouched for, the dispatch mode and the launch hook on."""
+    rec, stores = hooks
+    prov, mode = Provenance(stores), PoisonMode(launches=rec.count)
+    prov.snapshot(roots)
+    mode.provenance = rec.provenance = prov
+    stores.start()
+    try:
+        with mode:
+            yield prov
+    finally:
+        stores.stop()
+        rec.provenance = None
+
+
+def _x() -> torch.Tensor:
+    return torch.linspace(-1.0, 1.0, N)
+
+
+def test_an_honest_chain_of_kernels_and_glue_is_fully_explained(hooks):
+    x = _x()
+    with watched(hooks, [[x]]) as prov:
+        a = torch.empty_like(x)
+        _relu[(1,)](x, a, N, BLOCK=N)
+        b = a.clone()  # glue over a kernel's stores
+        out = torch.empty_like(x)
+        _copy[(1,)](b, out, N, BLOCK=N)
+    prov.check_output([out])
+    assert prov.unexplained == 0, prov.where
+    assert torch.equal(out, x.clamp(min=0))
+
+
+def test_numpy_writing_into_a_buffer_the_evaluator_saw_allocated_is_counted_at_the_next_launch(hooks):
+    x = _x()
+    with watched(hooks, [[x]]) as prov:
+        s = torch.empty_like(x)
+        np.maximum(x.numpy(), 0.0, out=s.numpy())  # out of every record's sight
+        out = torch.empty_like(x)
+        _copy[(1,)](s, out, N, BLOCK=N)
+    prov.check_output([out])
+    assert prov.unexplained == N  # s: 64 elements written by nobody observed, counted once
+    assert "written by something neither" in prov.where[0]
+
+
+def test_a_kernel_loading_a_from_numpy_buffer_counts_every_element_it_loaded(hooks):
+    x = _x()
+    with watched(hooks, [[x]]) as prov:
+        s = torch.from_numpy(np.maximum(x.numpy(), 0.0))  # no aten op made it
+        out = torch.empty_like(x)
+        _copy[(1,)](s, out, 48, BLOCK=N)  # loads 48 of its 64 elements
+    prov.check_output([out])
+    assert prov.unexplained == 48
+
+
+def test_the_output_written_after_the_last_launch_is_counted(hooks):
+    x = _x()
+    with watched(hooks, [[x]]) as prov:
+        out = torch.empty_like(x)
+        _relu[(1,)](x, out, N // 2, BLOCK=N)  # the first half
+        on = out.numpy()
+        np.maximum(x.numpy()[N // 2:], 0.0, out=on[N // 2:])  # the second half, by NumPy
+    prov.check_output([out])
+    assert prov.unexplained == N  # the output's storage, as a whole
+
+
+def test_state_from_before_the_forward_is_vouched_for_and_a_change_to_it_is_not(hooks):
+    class Holder:
+        pass
+    x, held = _x(), Holder()
+    held.scratch = np.zeros(N, dtype=np.float32)  # reachable from the roots: an attribute of an object
+    cache = torch.full((N,), 2.0)                  # a cache from earlier calls: vouched, unchanged
+    with watched(hooks, [[x], {"held": held, "cache": cache}]) as prov:
+        out = torch.empty_like(x)
+        _copy[(1,)](cache, out, N, BLOCK=N)
+    prov.check_output([out])
+    assert prov.unexplained == 0
+    with watched(hooks, [[x], {"held": held}]) as prov:
+        np.maximum(x.numpy(), 0.0, out=held.scratch)
+        out = torch.empty_like(x)
+        _copy[(1,)](torch.from_numpy(held.scratch), out, N, BLOCK=N)
+    prov.check_output([out])
+    assert prov.unexplained == N
+
+
+_SIDE: dict[str, Any] = {}
+
+
+def _write_scratch() -> int:
+    np.maximum(_SIDE["x"], 0.0, out=_SIDE["s"])
+    return 0
+
+
+@triton.jit
+def _copy_after_python(src, dst, n, BLOCK: tl.constexpr):
+    _write_scratch()  # the interpreter runs a kernel's body as Python
+    offs = tl.arange(0, BLOCK)
+    m = offs < n  # the lanes past n
+    tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
+
+
+def test_memory_an_argument_gained_during_a_launch_other_than_by_its_stores_is_counted(hooks):
+    x = _x()
+    with watched(hooks, [[x]]) as prov:
+        s, out = torch.full_like(x, -7.0), torch.empty_like(x)
+        _SIDE.update(x=x.numpy(), s=s.numpy())
+        _copy_after_python[(1,)](s, out, N, BLOCK=N)
+    prov.check_output([out])
+    assert prov.unexplained == N  # every element of s: -7 -> relu(x) >= 0
+    assert any("other than by the kernel's stores" in w for w in prov.where)
+
+
+def test_each_value_read_into_python_counts_one(hooks):
+    x = _x()
+    with watched(hooks, [[x]]) as prov:
+        out = torch.empty_like(x)
+        _relu[(1,)](x, out, N, BLOCK=N)
+        for i in range(5):
+            out[i].fill_(max(x[i].item(), 0.0))  # glue write of a value Python computed
+    prov.check_output([out])
+    assert prov.unexplained == 5
+
+
+def test_the_verdict_weighs_the_forwards_total_against_its_output():
+    assert provenance_verdict(0, 4096, []) is None
+    assert provenance_verdict(40, 4096, ["x"]) is None          # under 1% of 4096 (40.96)
+    assert provenance_verdict(41, 4096, ["x"]) is not None
+    assert provenance_verdict(15, 100, ["x"]) is None           # under the 16-element floor
+    assert provenance_verdict(16, 100, ["x"]) is not None
+    assert "unhooked" in provenance_verdict(0, 4096, [], unhooked=True)
