@@ -307,6 +307,9 @@ class StoreRecorder:
         self.installed = False
         self.bytes = 0  # recorded since `start`; past RECORD_LIMIT the record stops and the shares are unknown
         self.overflow = False
+        self.load_seq: list[int] = []  # each load's and store's place in one sequence
+        self.store_seq: list[int] = []
+        self.seq = 0
 
     def install(self, builder_cls: Any = None) -> bool:
         """Wrap the interpreter's store, load and atomic entry points (of `builder_cls`, default Triton's
@@ -321,20 +324,22 @@ class StoreRecorder:
         original, load, rec = builder_cls.create_masked_store, builder_cls.create_masked_load, self
 
         def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
-            if rec.recording and rec._room(ptrs.data.size * 16):
+            if rec.recording:
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
-                vals = np.broadcast_to(value.data, ptrs.data.shape)
-                rec.stores.append((ptrs.data[keep].astype(np.int64).ravel(), np.array(vals[keep]).ravel()))
+                if rec._room(int(keep.sum()) * 16):  # the lanes recorded, not the masked-off ones
+                    vals = np.broadcast_to(value.data, ptrs.data.shape)
+                    rec._store(ptrs.data[keep].astype(np.int64).ravel(), np.array(vals[keep]).ravel())
             return original(builder, ptrs, value, mask, *rest, **kw)
 
         def create_masked_load(builder: Any, ptrs: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
-            if rec.recording and rec._room(ptrs.data.size * 8):
+            if rec.recording:
                 import numpy as np
 
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
-                rec.loads.append(ptrs.data[keep].astype(np.int64).ravel())
+                if rec._room(int(keep.sum()) * 8):
+                    rec._load(ptrs.data[keep].astype(np.int64).ravel())
             return load(builder, ptrs, mask, *rest, **kw)
 
         create_masked_store.__wrapped__, create_masked_load.__wrapped__ = original, load  # type: ignore[attr-defined]
@@ -360,19 +365,21 @@ class StoreRecorder:
                 mask = TensorHandle(np.ones(ptrs.data.shape, dtype=bool), tl.int1)
             keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
             addrs = ptrs.data[keep].astype(np.int64).ravel()
+            if not rec._room(len(addrs) * 24):
+                return
             after = read(builder, ptrs, mask)  # the values right after the atomic op
-            rec.loads.append(addrs)
-            rec.stores.append((addrs, np.array(np.broadcast_to(after.data, ptrs.data.shape)[keep]).ravel()))
+            rec._load(addrs)
+            rec._store(addrs, np.array(np.broadcast_to(after.data, ptrs.data.shape)[keep]).ravel())
 
         def create_atomic_rmw(builder: Any, op: Any, ptr: Any, val: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
             out = rmw(builder, op, ptr, val, mask, *rest, **kw)
-            if rec.recording and rec._room(ptr.data.size * 24):
+            if rec.recording:
                 record(builder, ptr, mask)
             return out
 
         def create_atomic_cas(builder: Any, ptr: Any, *rest: Any, **kw: Any) -> Any:
             out = cas(builder, ptr, *rest, **kw)
-            if rec.recording and rec._room(ptr.data.size * 24):
+            if rec.recording:
                 record(builder, ptr, None)
             return out
 
@@ -380,6 +387,21 @@ class StoreRecorder:
 
     def start(self) -> None:
         self.stores, self.loads, self.recording, self.bytes, self.overflow = [], [], True, 0, False
+        self.load_seq, self.store_seq, self.seq = [], [], 0
+
+    def clear(self) -> None:
+        """Drop what was recorded (memory); the overflow mark stays until the next `start`."""
+        self.stores, self.loads, self.load_seq, self.store_seq = [], [], [], []
+
+    def _load(self, addrs: Any) -> None:
+        self.loads.append(addrs)
+        self.load_seq.append(self.seq)  # the order of loads and stores (provenance.py: reads before any write)
+        self.seq += 1
+
+    def _store(self, addrs: Any, vals: Any) -> None:
+        self.stores.append((addrs, vals))
+        self.store_seq.append(self.seq)
+        self.seq += 1
 
     def _room(self, nbytes: int) -> bool:
         """Whether `nbytes` more fit under RECORD_LIMIT (every scored CPU request records: memory stays bounded)."""
@@ -396,6 +418,7 @@ class StoreRecorder:
 
         if not elements or not ranges or self.overflow:
             return None
+        ranges = sorted(set(ranges))  # a storage tracked twice (`x.numpy()` detaches: its extent again) counts once
         if not self.loads:
             return 0.0
         addrs = np.unique(np.concatenate(self.loads))

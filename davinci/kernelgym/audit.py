@@ -20,9 +20,11 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
              audit A: a candidate that runs its kernels only when a mode or the profiler is on, and PyTorch
              plus a token launch otherwise, stores ~100% of its output in A and ~0% here
              (`watched_behaviour`; attack: cheats_v2/c2_fb_watch_token_switch). Every scored CPU request
-             records the stores too and reports its share (the lowest of them and U's is compared), so a candidate
-             that finds the store record in its own process and runs honestly only while it records
-             (cheats_v2/c2_fb_watch_recorder_flag) runs honestly in every scored request.
+             records the stores and loads too and reports both shares (the lowest of them and U's are compared;
+             the load share from the inputs' own storages: a copy kernel of NumPy's answer stores the whole output
+             but loads none of the input), so a candidate that finds the store record in its own process and runs
+             honestly only while it records (cheats_v2/c2_fb_watch_recorder_flag) runs honestly in every scored
+             request, and one that runs honestly only under a dispatch mode shows in either share.
 
     audit_rounds(job, sets, rng, acc, canary_limit_ms)
 """
@@ -35,7 +37,8 @@ import time
 from typing import Any
 
 from davinci.kernelgym.accounting import torch_verdict
-from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, provenance_from, ref
+from davinci.kernelgym.job import (KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, provenance_from,
+                                  provenance_record, ref)
 
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
@@ -67,36 +70,43 @@ def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float
     return reply, blobs, wall, comparison
 
 
-def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | None) -> float | None:
-    """Audit U: the kernels' share of the timed outputs with nothing torch can report switched on (None when
-    there is no store record: the GPU, or a request that failed)."""
+def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | None) -> tuple[float | None, float | None]:
+    """Audit U: the kernels' shares of the timed outputs (stored) and inputs (loaded) with nothing torch can report
+    switched on (None when there is no store record: the GPU, or a request that failed)."""
     reply, _, _, comparison = _request(job, sets, rng, 2, limit, stores=True)
     if reply.get("ok") and comparison and not comparison["ok"]:
         job.evidence.timed_mismatch = job.evidence.timed_mismatch or comparison["reason"]
-    return _raw_share(reply)
+    return _raw_share(reply), _raw_share(reply, "input_share_raw")
 
 
-def _raw_share(reply: dict[str, Any]) -> float | None:
-    """The kernels' share of the timed outputs, glue copies not credited (worker `kernel_share_raw`), if sent."""
-    share = reply.get("kernel_share_raw")
+def _raw_share(reply: dict[str, Any], key: str = "kernel_share_raw") -> float | None:
+    """A share the worker sent (`kernel_share_raw`: of the timed outputs, glue copies not credited;
+    `input_share_raw`: of the timed inputs' elements loaded, from their own storages), if sent."""
+    share = reply.get(key)
     return float(share) if isinstance(share, (int, float)) else None
 
 
-def unwatched_drop(watched: float | None, unwatched: float | None) -> str | None:
+def _lowest(*shares: float | None) -> float | None:
+    return min((s for s in shares if s is not None), default=None)
+
+
+def unwatched_drop(watched: float | None, unwatched: float | None, what: str = "stored") -> str | None:
     """The verdict of audit U against audit A: the kernels' share falls below half of the watched one (which is
     at least half: a candidate whose outputs are mostly glue copies has nothing to compare)."""
     if watched is None or unwatched is None or watched < 0.5 or unwatched >= 0.5 * watched:
         return None
-    return (f"in a timed request with no accounting visible to the candidate its kernels stored {100 * unwatched:.0f}% "
-            f"of the output, against {100 * watched:.0f}% with the accounting on: the candidate computes another way "
+    part = "of the output" if what == "stored" else "of the input elements"
+    return (f"in a timed request with no accounting visible to the candidate its kernels {what} {100 * unwatched:.0f}% "
+            f"{part}, against {100 * watched:.0f}% with the accounting on: the candidate computes another way "
             "when it cannot see it is watched")
 
 
 def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None,
-              unwatched: float | None = None) -> None:
+              unwatched: tuple[float | None, float | None] = (None, None)) -> None:
     ev = job.evidence
     reply, _, wall, comparison = _request(job, sets, rng, 0, limit, audit=True)
-    ev.watched = ev.watched or unwatched_drop(_raw_share(reply), unwatched)
+    ev.watched = ev.watched or unwatched_drop(_raw_share(reply), unwatched[0]) or \
+        unwatched_drop(_raw_share(reply, "input_share_raw"), unwatched[1], "loaded")
     if not reply.get("ok") or not comparison:
         ev.torch_compute = ev.torch_compute or "a timed call failed once PyTorch's own results were poisoned"
     else:
@@ -105,8 +115,8 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
         ev.torch_compute = ev.torch_compute or torch_verdict(changed, reply.get("torch_work"),
                                                              (job.info.get("work") or {}).get("torch_work"),
                                                              *hidden_evidence(reply))
-    if "unexplained" in reply and reply.get("ok"):
-        ev.host_compute = ev.host_compute or provenance_from(reply)
+    if reply.get("ok"):  # data the host made is counted unless the accounting calls saw the same (a constant)
+        ev.host_compute = ev.host_compute or provenance_from(provenance_record(reply), job.prov_seen)
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (
@@ -136,10 +146,10 @@ def audit_rounds(job: Job, sets: list[str], rng: random.Random, acc: dict[str, A
                  profile: bool) -> None:
     """(CPU) audit U, audit A, then (GPU, `profile`) audit B; see the module docstring."""
     if "torch_compute" in job.checks or "host_compute" in job.checks:
-        unwatched = None
-        if not job.lane.cuda and "watched_behaviour" in job.checks:  # the lowest share of U and the scored rounds
-            shares = [s for s in [_unwatched(job, sets, rng, limit), *acc.get("scored_shares", [])] if s is not None]
-            unwatched = min(shares, default=None)
+        unwatched: tuple[float | None, float | None] = (None, None)
+        if not job.lane.cuda and "watched_behaviour" in job.checks:  # the lowest shares of U and the scored rounds
+            stored, loaded = _unwatched(job, sets, rng, limit)
+            unwatched = (_lowest(stored, *acc.get("scored_shares", [])), _lowest(loaded, *acc.get("scored_reads", [])))
         _poisoned(job, sets, rng, acc, limit, unwatched)
     if profile and job.lane.cuda:
         _profiled(job, sets, rng)

@@ -267,6 +267,9 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     if isinstance(share, (int, float)):
         acc.setdefault("scored_shares", []).append(float(share))
         ev.scored_kernel_share = min(acc["scored_shares"])
+    read = tr.get("input_share_raw")  # ... and of its inputs' elements their loads reached
+    if isinstance(read, (int, float)):
+        acc.setdefault("scored_reads", []).append(float(read))
     ev.launched_after.update(str(n) for n in tr.get("launched_after") or [])
     outputs = tr.get("outputs") or []
     if len(outputs) != len(order):

@@ -1,45 +1,55 @@
 """Value provenance on the CPU: every byte the candidate's kernels or PyTorch's ops read must hold what an observed
-writer put there.
+writer put there, or be data that does not change with the inputs.
 
 The CPU store record (`accounting.StoreRecorder`) says which output elements a kernel stored and which input
 addresses it loaded, but not where the loaded values came from: NumPy (or Python, or ctypes) can compute the
 answer into a scratch buffer, or in place into a copy of the input, or into the output after the kernels ran,
 and a copy kernel (or any kernel that loads the inputs for show) makes the stores and loads look like the work
-(the red team's cheats_open/c3_b1*, c3_b3, c3_b9, c3_f1). Those writers are invisible to the dispatch mode and
-to the store record alike; what they cannot avoid is changing memory that something observed wrote last.
+(cheats_v2/c2_fb_numpy_*, c2_fb_half_numpy_split, c2_hp_forge_store_record, c2_fb_rt_*). Those writers are
+invisible to the dispatch mode and to the store record alike; what they cannot avoid is changing memory that
+something observed wrote last, or handing the kernels memory that nothing observed wrote at all.
 
-So during the accounting forward (`worker.Harness.op_run`), `Provenance` keeps a keyed digest of every storage
-whose content the evaluator can vouch for:
-  - the state at the forward's start: its inputs, and every tensor or NumPy array reachable from the model and
-    from the candidate module's globals (caches built by earlier calls included: they hold nothing of these
-    fresh inputs);
-  - the result of every aten op the dispatch mode handles (after poisoning), and of every in-place or out= write;
+So during the accounting forward (`worker.Harness.op_run`) and audit A (`worker.Harness._audit`, fresh inputs),
+`Provenance` keeps a keyed digest of every storage (an extent) whose content the evaluator can vouch for:
+  - the state at the forward's start: its inputs, then every tensor or NumPy array reachable from the model and
+    from the candidate module's globals (caches built by earlier calls included);
+  - what every aten op the dispatch mode handles wrote (after poisoning): its results, its in-place and out=
+    arguments; a custom op's body is observed too (`observed_call`), so its results are what the body's writers
+    left; ops that change metadata only (`resize_`, `set_`, in-place views) vouch for nothing;
   - every storage a Triton launch was passed, right after the launch (the kernel's stores are its work).
-Before an aten op reads a tensor and before a launch, each storage involved is digested again: a digest that
-differs means a write nobody observed (`unobserved write`). After a launch, the addresses its kernels loaded
-(from the store record) that lie in no vouched-for storage are reads of values of unknown origin
-(`unknown source`: a `torch.from_numpy` of a NumPy result). The returned output is checked the same way. The
-evidence (`unexplained`, in elements, and where) becomes `host_compute` in `job._account_evidence` once it reaches
-`UNEXPLAINED_MIN` elements and `UNEXPLAINED_SHARE` of the output.
+Extents hold their storages alive for the record's life, so freed memory is never reused out of sight, and an
+allocation (`empty`) carries a mark per byte until something observed writes it. What counts, each time with a
+digest of the data itself (`events`):
+  - a recorded extent under a tensor an op reads, under a launch's argument, or under memory a launch loaded
+    (pointer arithmetic past its arguments), whose digest changed: a write nobody observed;
+  - bytes read, or loaded by a kernel, that lie under no recorded extent: data of unknown origin
+    (`torch.from_numpy` of NumPy's answer, `torch.tensor` of a Python list);
+  - bytes of an allocation read or loaded before anything wrote them (memory NumPy freed may hold the answer);
+  - an argument's memory after a launch that is not its memory before with the kernel's recorded stores applied
+    (Python or NumPy run from inside the interpreted kernel);
+  - each value read into Python (`item()`) and each float argument of a launch (in audit A, whose calls each have
+    their own inputs, each integer argument too: sizes and strides are the same in every call);
+  - the returned output, checked the same way.
+`provenance_verdict` counts the events whose data is not the same on other inputs (`job._provenance_evidence`
+runs the accounting call again on other inputs when the first record would flag, and audit A compares with what
+both accounting calls saw, and across its own calls): a table or a float constant built per call is not host
+compute; data that changes with the inputs is, from one element and 1% of the output up.
 
 Choices:
-  - a digest, not a copy: memory stays bounded whatever the forward allocates. Keyed BLAKE2b (a fresh key per
-    forward), so content that keeps a linear checksum (CRC) equal cannot pass; the key lives in the candidate's
-    process, as every in-process record does (a forger that reads it is `cheats_open/c3_f1`'s class);
-  - views read nothing and are skipped; allocations and fills do not read their arguments; a storage that is
-    unknown is an error only where it is read (a fresh buffer allocated out of the mode's sight and only
-    stored into is fine);
+  - a digest, not a copy: memory stays bounded. Keyed BLAKE2b (one key per worker process, so records compare),
+    so content that keeps a linear checksum (CRC) equal cannot pass; the key, like every in-process record,
+    lives in the candidate's process (a forger that vouches for its own scratch: cheats_open/c3_f2);
+  - views read nothing and are skipped; allocations and fills do not read their arguments; unknown bytes count
+    only where they are read (a fresh buffer allocated out of sight and only stored into is fine);
   - aten ops run by the Triton interpreter inside a launch (its argument wrapping and copy-back) are its own,
     not the candidate's, and so are the harness's input fills (`paused`; the filled inputs are vouched for);
-  - one-element storages (Python scalars wrapped as tensors) are not checked; everything else counts however
-    small, and so does every value read into Python (`item()`), since pieces add up; the verdict's threshold is on
-    the forward's total against its output (`provenance_verdict`).
+  - one-element storages (Python scalars wrapped as tensors) are not checked.
 
-    prov = Provenance(stores)        # the StoreRecorder: its load addresses, per launch
+    prov = Provenance(stores, key)   # the StoreRecorder: its loads and stores, in order
     prov.snapshot([inputs, model, module_globals])
     ... PoisonMode(provenance=prov) and LaunchRecorder.provenance = prov during the forward ...
     prov.check_output(leaves)
-    prov.unexplained, prov.where
+    prov.events                      # [(digest of the data, elements, what)]
 """
 
 from __future__ import annotations
@@ -47,25 +57,35 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import time
 import types
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 MIN_ELEMENTS = 2  # storages smaller than this (Python scalars wrapped as tensors) are not checked
-# host_compute once the unexplained reads and writes reach this many elements and this share of the output's
-UNEXPLAINED_MIN, UNEXPLAINED_SHARE = 16, 0.01
-_WALK_LIMIT = 20000  # objects visited by the snapshot walk at most
+# host_compute once the unexplained data that changes with the inputs reaches this share of the output's elements
+UNEXPLAINED_SHARE = 0.01
+_WALK_LIMIT = 50000  # objects visited by the snapshot walk at most (numbers and strings are not visited)
 _WALK_DEPTH = 6
+MAX_EVENTS = 512  # unexplained reads recorded one by one (each with its content's digest) at most
 
 
 class _Extent:
-    """A vouched-for storage: [start, start + nbytes), its element size and digest."""
-    __slots__ = ("start", "nbytes", "size", "digest")
+    """A vouched-for storage: [start, start + nbytes), its element size and digest; `keep` holds the storage alive
+    for the record's life (its memory cannot be freed and reused by an allocation nobody observed);
+    `uninit` [nbytes] bool marks the bytes of an allocation (`empty`) that nothing has written yet."""
+    __slots__ = ("start", "nbytes", "size", "digest", "keep", "uninit")
 
-    def __init__(self, start: int, nbytes: int, size: int, digest: bytes) -> None:
+    def __init__(self, start: int, nbytes: int, size: int, digest: bytes, keep: Any, uninit: Any = None) -> None:
         self.start, self.nbytes, self.size, self.digest = start, nbytes, size, digest
+        self.keep, self.uninit = keep, uninit
+
+    @property
+    def end(self) -> int:
+        return self.start + self.nbytes
 
 
 def _storage(t: torch.Tensor) -> tuple[int, int, int] | None:
@@ -114,140 +134,268 @@ def tensors_in(value: Any, depth: int = 0) -> list[torch.Tensor]:
 class Provenance:
     """Digests of the storages whose content is vouched for, and what was read or returned without one."""
 
-    def __init__(self, stores: Any = None, key: bytes | None = None) -> None:
+    def __init__(self, stores: Any = None, key: bytes | None = None, int_args: bool = False) -> None:
         self.key = key or os.urandom(16)
-        self.stores = stores  # accounting.StoreRecorder: the kernels' load addresses (CPU)
+        self.stores = stores  # accounting.StoreRecorder: the kernels' loads and stores, in order (CPU)
         self.known: dict[int, _Extent] = {}
         self.unexplained = 0  # elements read or returned that no observed writer explains
         self.where: list[str] = []
+        self.events: list[tuple[bytes, int, str, int]] = []  # (digest of the data, elements, what, call) each
+        self.call = 0  # which forward call of the record (audit A times several, each on its own inputs)
+        self.int_args = int_args  # integer launch arguments count too (in a record of several calls)
         self.to_python = 0  # tensor values read into Python (`_local_scalar_dense`)
         self.paused = 0  # inside a launch (the interpreter's own aten ops) or the harness's input fill
-        self._pending: list[tuple[list[tuple[int, int, int]], dict[int, Any], tuple[int, int], list[_Extent]]] = []
+        self.cost_s = 0.0  # the record's own time (audit.py takes it off the audit request's wall)
+        self._pending: list[tuple[list[tuple[int, int, int, Any]], dict[int, Any], tuple[int, int], list[_Extent]]] = []
 
-    # --- digests ---
+    # --- digests and the record ---
     def _digest(self, start: int, nbytes: int) -> bytes:
         view = (ctypes.c_char * nbytes).from_address(start)
         return hashlib.blake2b(memoryview(view), key=self.key, digest_size=16).digest()
 
-    def _vouch(self, extent: tuple[int, int, int]) -> None:
-        start, nbytes, size = extent
-        self.known[start] = _Extent(start, nbytes, size, self._digest(start, nbytes))
+    def _vouch(self, start: int, nbytes: int, size: int, keep: Any, fresh: bool = False) -> None:
+        """Vouch for memory as it is now; `fresh`: a new allocation whose bytes nothing wrote yet. An extent already
+        recorded at `start` keeps its unwritten bytes."""
+        import numpy as np
 
-    def _find(self, extent: tuple[int, int, int]) -> _Extent | None:
-        """The vouched-for storage that holds this memory: the same start and size, else one that contains it."""
-        start, nbytes, _ = extent
-        hit = self.known.get(start)
-        if hit is not None and hit.nbytes == nbytes:
-            return hit
-        return next((k for k in self.known.values() if k.start <= start and start + nbytes <= k.start + k.nbytes), None)
+        old = self.known.get(start)
+        uninit = np.ones(nbytes, dtype=bool) if fresh else \
+            (old.uninit if old is not None and old.nbytes == nbytes else None)
+        self.known[start] = _Extent(start, nbytes, size, self._digest(start, nbytes), keep, uninit)
 
-    def _note(self, elements: int, what: str) -> None:
+    def _revouch(self, lo: int, hi: int) -> None:
+        """Digest again every recorded extent overlapping [lo, hi) (written by an observed writer)."""
+        for k in self._overlapping(lo, hi):
+            k.digest = self._digest(k.start, k.nbytes)
+
+    def _overlapping(self, lo: int, hi: int) -> list[_Extent]:
+        return [k for k in self.known.values() if k.start < hi and lo < k.end]
+
+    def _note(self, elements: int, what: str, content: bytes) -> None:
+        """Count `elements` of unexplained data; `content`: a digest of the data itself, so that data that is the
+        same on other inputs (a constant table built per call) can be told from data computed from them."""
         self.unexplained += elements
+        if len(self.events) < MAX_EVENTS:
+            self.events.append((content, elements, what, self.call))
+        else:  # past the cap: one event that nothing matches
+            self.events[-1] = (b"overflow", self.events[-1][1] + elements, "more unexplained data", -1)
         if len(self.where) < 8:
             self.where.append(what)
-
-    # --- the forward's start ---
-    def snapshot(self, roots: Iterable[Any]) -> int:
-        """Vouch for every tensor and NumPy array reachable from `roots` (through modules, containers and object
-        attributes); returns how many storages."""
-        seen: set[int] = set()
-        stack = [(r, 0) for r in roots]
-        while stack and len(seen) < _WALK_LIMIT:
-            obj, depth = stack.pop()
-            if id(obj) in seen or depth > _WALK_DEPTH:
-                continue
-            seen.add(id(obj))
-            extent = _storage(obj) if isinstance(obj, torch.Tensor) else _array(obj) if _is_ndarray(obj) else None
-            if extent is not None:
-                self._vouch(extent)
-                continue
-            stack += [(child, depth + 1) for child in _children(obj)]
-        return len(self.known)
 
     def vouch(self, tensors: Iterable[Any]) -> None:
         """Vouch for these tensors' storages as they are now (the harness's own writes)."""
         for t in tensors:
             extent = _storage(t) if isinstance(t, torch.Tensor) else None
             if extent is not None:
-                self._vouch(extent)
+                self._vouch(*extent, keep=t.untyped_storage())
+                self._revouch(extent[0], extent[0] + extent[1])
 
-    # --- aten ops (accounting.PoisonMode) ---
+    def _value_digest(self, label: str, value: Any) -> bytes:
+        return hashlib.blake2b(f"{label}={value!r}".encode(), key=self.key, digest_size=16).digest()
+
+    # --- the forward's start ---
+    def snapshot(self, roots: Iterable[Any]) -> int:
+        """Vouch for every tensor and NumPy array reachable from `roots`, in their order (inputs first), through
+        modules, containers and object attributes; returns how many storages."""
+        from collections import deque
+
+        seen: set[int] = set()
+        queue = deque((r, 0) for r in roots)
+        while queue and len(seen) < _WALK_LIMIT:
+            obj, depth = queue.popleft()
+            if id(obj) in seen or depth > _WALK_DEPTH or isinstance(obj, _LEAVES):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, torch.Tensor):
+                extent = _storage(obj)
+                if extent is not None:
+                    self._vouch(*extent, keep=obj.untyped_storage())
+            elif _is_ndarray(obj):
+                extent = _array(obj)
+                if extent is not None:
+                    self._vouch(*extent, keep=obj)
+            else:
+                queue.extend((child, depth + 1) for child in _children(obj) if not isinstance(child, _LEAVES))
+        return len(self.known)
+
+    # --- aten ops (accounting.PoisonMode, Observer) ---
     def before_op(self, name: str, func: Any, args: Any, kwargs: Any) -> None:
-        """Check the storages an op reads; not for views (they read nothing) or inside a launch. A value read into
-        Python (`item()`, `float(t)`: `_local_scalar_dense`) leaves every record: each counts as one element."""
+        """Check what an op reads; not for views (they read nothing) or while paused. A value read into Python
+        (`item()`, `float(t)`: `_local_scalar_dense`) leaves every record: each counts as one element."""
         if self.paused or getattr(func, "is_view", False):
             return
-        if name == "_local_scalar_dense":
-            self.to_python += 1
-            if self.to_python == 1:
-                self.where.append("values read into Python one by one (item())")
-            self.unexplained += 1
-            return
-        for i, value in enumerate(args):
-            writes_only = name in _NO_READ and i == 0
-            for t in tensors_in(value):
-                self._check(t, f"the input of {name}", unknown_counts=not writes_only)
-        for k, value in (kwargs or {}).items():
-            for t in tensors_in(value):
-                self._check(t, f"the input of {name}", unknown_counts=k != "out")
+        t0 = time.perf_counter()
+        if name != "_local_scalar_dense":  # counted in after_op, with the value read
+            for i, value in enumerate(args):
+                writes_only = name in _NO_READ and i == 0
+                for t in tensors_in(value):
+                    self._check(t, f"the input of {name}", reads=not writes_only)
+            for k, value in (kwargs or {}).items():
+                for t in tensors_in(value):
+                    self._check(t, f"the input of {name}", reads=k != "out")
+        self.cost_s += time.perf_counter() - t0
 
     def after_op(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
-        """Vouch for an op's results and for the arguments it wrote (in place, out=)."""
-        if self.paused or getattr(func, "is_view", False):
+        """Vouch for what an op wrote: its results and the arguments it wrote in place or through out=. Not a custom
+        op's results (its body was observed, `observed_call`: they hold what the body's observed writers left),
+        nor ops that change only metadata (`resize_`, `set_`, in-place views): they write no values."""
+        if self.paused or getattr(func, "is_view", False) or func.namespace not in _NATIVE:
             return
+        name = func.__name__.split(".")[0]
+        if name == "_local_scalar_dense":  # a value read into Python: it leaves every record
+            self.to_python += 1
+            self._note(1, "values read into Python (item())", self._value_digest("item", out))
+            return
+        if name in _METADATA_ONLY or torch.Tag.inplace_view in getattr(func, "tags", ()):
+            return
+        t0 = time.perf_counter()
         written = tensors_in(out)
         for i, arg in enumerate(func._schema.arguments):
             if arg.alias_info is not None and arg.alias_info.is_write:
                 written += tensors_in(args[i] if i < len(args) else (kwargs or {}).get(arg.name))
         for t in written:
             extent = _storage(t)
-            if extent is not None:
-                self._vouch(extent)
+            if extent is None:
+                continue
+            if name in _ALLOC:
+                self._vouch(*extent, keep=t.untyped_storage(), fresh=True)
+                continue
+            self._written(t, extent)
+            self._vouch(*extent, keep=t.untyped_storage())
+            self._revouch(extent[0], extent[0] + extent[1])
+        self.cost_s += time.perf_counter() - t0
 
-    def _check(self, t: torch.Tensor, what: str, unknown_counts: bool = True) -> None:
+    def _written(self, view: torch.Tensor, extent: tuple[int, int, int]) -> None:
+        """Mark the bytes an aten op wrote through `view` as written in the allocations they belong to."""
+        for k in self._overlapping(extent[0], extent[0] + extent[1]):
+            if k.uninit is not None and k.uninit.any():
+                _mark(k, _view_bytes(view), False)
+
+    def _check(self, t: torch.Tensor, what: str, reads: bool = True) -> None:
+        """Every recorded extent under `t`'s storage must hold what its observed writer left; bytes of it under no
+        recorded extent, and (where `t` is read) bytes of an allocation nothing wrote, count."""
         extent = _storage(t)
         if extent is None or extent[1] < MIN_ELEMENTS * extent[2]:
             return
-        known = self._find(extent)
-        if known is None:
-            if unknown_counts:
-                self._note(extent[1] // extent[2], f"{what}: {extent[1]} bytes no observed op or kernel wrote")
-                self._vouch(extent)  # counted once
-            return
-        if self._digest(known.start, known.nbytes) != known.digest:
-            self._note(known.nbytes // known.size, f"{what}: {known.nbytes} bytes written by something neither "
-                                                   "PyTorch's ops nor the kernels")
-            self._vouch((known.start, known.nbytes, known.size))  # counted once per unobserved write
+        start, nbytes, size = extent
+        covered = 0
+        for k in self._overlapping(start, start + nbytes):
+            covered += min(k.end, start + nbytes) - max(k.start, start)
+            if self._digest(k.start, k.nbytes) != k.digest:
+                k.digest = self._digest(k.start, k.nbytes)  # counted once per unobserved write
+                self._note(k.nbytes // k.size, f"{what}: {k.nbytes} bytes written by something neither PyTorch's "
+                                               "ops nor the kernels", k.digest)
+                k.uninit = None  # its bytes were written, out of sight: counted here, not again as unwritten
+            if reads and k.uninit is not None and k.uninit.any():
+                garbage = int(_mark(k, _view_bytes(t), None))
+                if garbage:
+                    self._note(max(1, garbage // size), f"{what}: {garbage} bytes of an allocation nothing wrote",
+                               self._digest(k.start, k.nbytes))
+        if reads and nbytes - covered >= MIN_ELEMENTS * size:
+            self._note((nbytes - covered) // size, f"{what}: {nbytes - covered} bytes no observed op or kernel wrote",
+                       self._digest(start, nbytes))
+            self._vouch(start, nbytes, size, keep=t.untyped_storage())  # counted once
 
     # --- Triton launches (guards.LaunchRecorder) ---
     def before_launch(self, name: str, args: Any, kwargs: Any) -> None:
+        t0 = time.perf_counter()
         tensors = tensors_in(list(args)) + tensors_in(dict(kwargs))
-        for t in tensors:  # unknown storages count only if the kernel loads from them (after_launch)
-            self._check(t, f"an argument of kernel {name}", unknown_counts=False)
-        extents = {e[0]: e for e in (_storage(t) for t in tensors) if e is not None}
-        copies = {start: _read(start, nbytes) for start, (_, nbytes, _) in extents.items()}
+        for where, value in [*enumerate(args), *kwargs.items()]:  # a number passed in: data from Python
+            if _is_data_scalar(value, self.int_args) and where not in _LAUNCH_OPTIONS:
+                self._note(1, f"a number passed to kernel {name}", self._value_digest(f"{name}:{where}", value))
+        for t in tensors:  # unknown bytes count only where the kernel loads them (after_launch)
+            self._check(t, f"an argument of kernel {name}", reads=False)
+        extents = {e[0]: (*e, t.untyped_storage()) for e, t in ((_storage(t), t) for t in tensors) if e is not None}
+        copies = {start: _read(start, nbytes) for start, (_, nbytes, _, _) in extents.items()}
         marks = (len(self.stores.loads), len(self.stores.stores)) if self.stores is not None else (0, 0)
         self._pending.append((list(extents.values()), copies, marks, list(self.known.values())))
         self.paused += 1
+        self.cost_s += time.perf_counter() - t0
 
     def after_launch(self, name: str) -> None:
+        t0 = time.perf_counter()
         self.paused -= 1
-        extents, copies, (loads, stores), vouched = self._pending.pop()
+        extents, copies, (i, j), vouched = self._pending.pop()
         if self.stores is not None:
-            self._unknown_loads(name, self.stores.loads[loads:], vouched)
+            loads, stores = self.stores.loads[i:], self.stores.stores[j:]
+            self._launch_loads(name, loads, vouched, extents)
+            self._uninit_reads(name, i, j, vouched)
             if not self.stores.overflow:
-                self._only_stores(name, extents, copies, self.stores.stores[stores:])
-        for extent in extents:  # what the kernel stored is its work
-            self._vouch(extent)
+                self._only_stores(name, extents, copies, stores)
+        for start, nbytes, size, keep in extents:  # what the kernel stored is its work
+            self._vouch(start, nbytes, size, keep)
+            self._revouch(start, start + nbytes)
+        self.cost_s += time.perf_counter() - t0
 
-    def _only_stores(self, name: str, extents: list[tuple[int, int, int]], copies: dict[int, Any],
+    def _launch_loads(self, name: str, loads: list[Any], vouched: list[_Extent],
+                      args: list[tuple[int, int, int, Any]]) -> None:
+        """The distinct addresses a launch loaded: outside every extent recorded before it they count (values of
+        unknown origin); inside a recorded extent that is not one of its arguments, that extent must still hold
+        what its writer left (the kernel reached it by pointer arithmetic, past every argument check)."""
+        import numpy as np
+
+        if not loads:
+            return
+        addrs = np.unique(np.concatenate(loads))
+        inside = np.zeros(len(addrs), dtype=bool)
+        for k in vouched:
+            lo, hi = np.searchsorted(addrs, k.start), np.searchsorted(addrs, k.end)
+            if hi > lo:
+                inside[lo:hi] = True
+                if not any(s < k.end and k.start < s + n for s, n, _, _ in args) and \
+                        self._digest(k.start, k.nbytes) != k.digest:
+                    k.digest, k.uninit = self._digest(k.start, k.nbytes), None
+                    self._note(k.nbytes // k.size, f"kernel {name} loaded memory outside its arguments that "
+                                                   "something neither PyTorch's ops nor the kernels wrote", k.digest)
+        outside = int((~inside).sum())
+        if outside:  # however few: the verdict's threshold is on the forward's total (pieces add up)
+            self._note(outside, f"kernel {name} loaded {outside} elements of memory no observed op or kernel wrote",
+                       self._bytes_digest(addrs[~inside], args))
+
+    def _bytes_digest(self, addrs: Any, args: list[tuple[int, int, int, Any]]) -> bytes:
+        """A digest of the values at loaded addresses: the whole argument storage they fall in (the usual case: a
+        `torch.from_numpy` passed in), else the element at each address (up to 4,096 of them)."""
+        lo, hi = int(addrs.min()), int(addrs.max())
+        for start, nbytes, _, _ in args:
+            if start <= lo and hi < start + nbytes:
+                return self._digest(start, nbytes)
+        return hashlib.blake2b(b"".join(ctypes.string_at(int(a), 4) for a in addrs[:4096]), key=self.key,
+                               digest_size=16).digest()
+
+    def _uninit_reads(self, name: str, i: int, j: int, vouched: list[_Extent]) -> None:
+        """Loads of bytes of an allocation that nothing had written (in the order loads and stores happened): what
+        `empty` handed out is garbage, unless memory freed by NumPy held the answer there."""
+        import numpy as np
+
+        fresh = [k for k in vouched if k.uninit is not None and k.uninit.any()]
+        if not fresh:
+            return
+        rec = self.stores
+        events = sorted([(q, "load", a) for q, a in zip(rec.load_seq[i:], rec.loads[i:])] +
+                        [(q, "store", a) for q, (a, _) in zip(rec.store_seq[j:], rec.stores[j:])], key=lambda e: e[0])
+        garbage = 0
+        for _, kind, addrs in events:
+            for k in fresh:
+                inside = addrs[(addrs >= k.start) & (addrs < k.end)] - k.start
+                if not len(inside):
+                    continue
+                if kind == "load":
+                    garbage += int(k.uninit[inside].sum())
+                else:
+                    spans = inside[:, None] + np.arange(k.size)
+                    k.uninit[np.clip(spans, 0, k.nbytes - 1)] = False
+        if garbage:
+            self._note(garbage, f"kernel {name} loaded {garbage} elements of an allocation nothing wrote",
+                       b"".join(self._digest(k.start, k.nbytes) for k in fresh))
+
+    def _only_stores(self, name: str, extents: list[tuple[int, int, int, Any]], copies: dict[int, Any],
                      stores: list[tuple[Any, Any]]) -> None:
         """Each argument's memory after the launch must be its memory before with the kernel's recorded stores
         applied, in order: anything else changed it meanwhile (Python or NumPy run from inside the interpreted
         kernel, a thread)."""
         import numpy as np
 
-        for start, nbytes, size in extents:
+        for start, nbytes, size, _ in extents:
             expect = copies[start]
             for addrs, vals in stores:
                 k = vals.dtype.itemsize
@@ -261,22 +409,7 @@ class Provenance:
                 unit = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size) if nbytes % size == 0 else None
                 changed = int((now.view(unit) != expect.view(unit)).sum()) if unit else int((now != expect).sum())
                 self._note(changed, f"kernel {name}: {changed} elements of an argument changed during the launch "
-                                    "other than by the kernel's stores")
-
-    def _unknown_loads(self, name: str, loads: list[Any], vouched: list[_Extent]) -> None:
-        """Count the distinct addresses a launch loaded outside every storage vouched for before it."""
-        import numpy as np
-
-        if not loads:
-            return
-        addrs = np.unique(np.concatenate(loads))
-        inside = np.zeros(len(addrs), dtype=bool)
-        for k in vouched:
-            lo, hi = np.searchsorted(addrs, k.start), np.searchsorted(addrs, k.start + k.nbytes)
-            inside[lo:hi] = True
-        outside = int((~inside).sum())
-        if outside:  # however few: the verdict's threshold is on the forward's total (pieces add up)
-            self._note(outside, f"kernel {name} loaded {outside} elements of memory no observed op or kernel wrote")
+                                    "other than by the kernel's stores", self._digest(start, nbytes))
 
     # --- the forward's end ---
     def check_output(self, leaves: Iterable[Any]) -> None:
@@ -285,10 +418,38 @@ class Provenance:
                 self._check(t, "the returned output")
 
 
+def _view_bytes(view: torch.Tensor) -> Any:
+    """[M] the byte addresses a tensor view covers (each element's bytes)."""
+    import numpy as np
+
+    from davinci.kernelgym.accounting import _addresses
+
+    if view.numel() == 0:
+        return np.zeros(0, dtype=np.int64)
+    return (_addresses(view)[:, None] + np.arange(view.element_size())).ravel()
+
+
+def _mark(k: _Extent, byte_addrs: Any, value: bool | None) -> int:
+    """Among `byte_addrs`, those inside extent `k`: set their unwritten mark to `value` (None: only count them);
+    returns how many were unwritten before."""
+    inside = byte_addrs[(byte_addrs >= k.start) & (byte_addrs < k.end)] - k.start
+    before = int(k.uninit[inside].sum())
+    if value is not None:
+        k.uninit[inside] = value
+    return before
+
+
 # ops whose first argument is written, not read (allocations, fills, copy_'s destination)
 _NO_READ = frozenset({"copy_", "fill_", "zero_", "resize_", "set_", "empty_like", "new_empty", "new_empty_strided",
                       "new_zeros", "new_ones", "new_full", "zeros_like", "ones_like", "full_like", "uniform_",
                       "normal_", "random_"})
+# allocations: what they return holds no value yet
+_ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
+# in-place ops that change a tensor's metadata (its storage, size, strides), never its values
+_METADATA_ONLY = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "detach_", "squeeze_", "unsqueeze_", "t_",
+                            "transpose_", "swapdims_", "swapaxes_"})
+_NATIVE = ("aten", "prims")
+_LEAVES = (str, bytes, int, float, complex, bool, type(None))  # what the snapshot walk never visits
 
 
 def _is_ndarray(obj: Any) -> bool:
@@ -309,25 +470,81 @@ def _children(obj: Any) -> list[Any]:
     return list(attrs.values()) if isinstance(attrs, dict) else []
 
 
-def provenance_verdict(unexplained: int, output_elements: int, where: list[str], unhooked: bool = False,
-                       calls: int = 1) -> str | None:
-    """`host_compute` evidence from a record's provenance over `calls` forward calls, or None: unexplained elements
-    at or above UNEXPLAINED_MIN per call and UNEXPLAINED_SHARE of the outputs' elements.
+def _is_data_scalar(value: Any, ints: bool) -> bool:
+    """A float (Python or NumPy) launch argument, and with `ints` an integer one too (not a bool)."""
+    kind = type(value)
+    if isinstance(value, bool) or kind.__module__ == "numpy" and "bool" in kind.__name__:
+        return False
+    if isinstance(value, float) or kind.__module__ == "numpy" and "float" in kind.__name__:
+        return True
+    return ints and (isinstance(value, int) or kind.__module__ == "numpy" and "int" in kind.__name__)
 
-    >>> provenance_verdict(0, 4096, [])
-    >>> provenance_verdict(4096, 4096, ["kernel k loaded 4096 elements ..."])[:22]
+
+# keyword arguments of a launch that configure it (Triton's own), not data
+_LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "enable_fp_fusion",
+                             "maxnreg", "launch_cooperative_grid", "launch_pdl"})
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record's provenance as the supervisor reads it from the worker's reply."""
+    events: tuple[tuple[str, int, str, int], ...]  # (hex digest of the data, elements, what, call) each
+    output_elements: int
+    unhooked: bool = False  # the hooks no longer held the record when the calls returned
+    overflow: bool = False  # the store record overflowed: the kernels' loads and stores are incomplete
+
+    @property
+    def digests(self) -> set[str]:
+        return {d for d, _, _, _ in self.events}
+
+    @property
+    def repeated(self) -> set[str]:
+        """Digests of data seen in two or more of the record's calls (each call has its own inputs)."""
+        calls: dict[str, set[int]] = {}
+        for d, _, _, c in self.events:
+            calls.setdefault(d, set()).add(c)
+        return {d for d, cs in calls.items() if len(cs - {-1}) >= 2}
+
+
+def provenance_verdict(record: Record, constant: set[str] = frozenset()) -> str | None:
+    """`host_compute` evidence from a record, or None. Data whose digest is in `constant` (the same data seen on
+    other inputs: a table built per call, a float constant), or that the record saw in two of its calls, is not
+    counted; the rest counts from one element and UNEXPLAINED_SHARE of the outputs' elements.
+
+    >>> r = Record((("a" * 32, 8, "kernel k loaded 8 elements ...", 0),), output_elements=8)
+    >>> provenance_verdict(r)[:22]
     'the kernels read or re'
-    >>> provenance_verdict(20, 4096, ["..."])  # under 1% of the output: small host-made constants
-    >>> provenance_verdict(20, 64, ["..."], calls=2)  # two calls' 16-element allowance: 32
-    >>> provenance_verdict(0, 4096, [], unhooked=True)[:33]
-    'the provenance record was unhooke'
+    >>> provenance_verdict(r, constant={"a" * 32}) is None  # the same on other inputs
+    True
+    >>> provenance_verdict(Record((("b" * 32, 40, "...", 0),), output_elements=4096)) is None  # under 1% of 4096
+    True
     """
-    if unhooked:
+    if record.unhooked:
         return "the provenance record was unhooked during the forward (the candidate reached the evaluator's objects)"
-    if unexplained < max(UNEXPLAINED_MIN * max(1, calls), UNEXPLAINED_SHARE * output_elements):
+    if record.overflow:
+        return ("the kernels' store record overflowed (over 1 GiB of loads and stores in one record): what they "
+                "did could not be checked")
+    same = set(constant) | record.repeated
+    left = [(n, what) for d, n, what, _ in record.events if d not in same]
+    total = sum(n for n, _ in left)
+    if not total or total < UNEXPLAINED_SHARE * record.output_elements:
         return None
-    return (f"the kernels read or returned {unexplained} elements that no PyTorch op and no kernel of the candidate's "
-            f"wrote (computed on the host: NumPy, Python, ctypes): {'; '.join(where[:3])}")
+    return (f"the kernels read or returned {total} elements that no PyTorch op and no kernel of the candidate's "
+            f"wrote, and that change with the inputs (computed on the host: NumPy, Python, ctypes): "
+            f"{'; '.join(dict.fromkeys(w for _, w in left))[:400]}")
+
+
+def read_record(reply: dict[str, Any]) -> Record | None:
+    """The `Record` in a worker reply (None when it sent none); fields of the wrong type raise ValueError (the
+    reply is the candidate process's)."""
+    if "unexplained" not in reply:
+        return None
+    try:
+        events = tuple((str(d), int(n), str(w), int(c)) for d, n, w, c in list(reply.get("prov_events") or [])[:MAX_EVENTS])
+        return Record(events, int(reply.get("output_elements") or 0), reply.get("provenance_unhooked") is not False,
+                      reply.get("record_overflow") is not False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed provenance record: {exc}") from None
 
 
 class Observer(TorchDispatchMode):

@@ -53,7 +53,7 @@ import torch
 from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
-from davinci.kernelgym.accounting import PoisonMode, StoreRecorder
+from davinci.kernelgym.accounting import PoisonMode, StoreRecorder, _extent
 from davinci.kernelgym.provenance import Provenance, module_globals
 from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
@@ -115,6 +115,7 @@ class Harness:
         self.rec = guards.LaunchRecorder()
         self.rec.install(self.cuda)
         self.stores = StoreRecorder()  # CPU: which output elements the kernels stored (accounting.py)
+        self.prov_key = os.urandom(16)
         if not self.cuda:
             self.stores.install()
         importlib.import_module("torch._dynamo")  # rebinds torch.manual_seed on first import: before capturing
@@ -235,7 +236,7 @@ class Harness:
             evidence.update(self._accounting(mode, hidden, leaves, elements))
             unhooked = prov is not None and (mode.provenance is not prov or self.rec.provenance is not prov)
             self.rec.provenance = mode.provenance = None
-            evidence.update(self._provenance_evidence(prov, leaves, unhooked))
+            evidence.update(self._provenance_evidence(prov, leaves, unhooked, 1, self.stores.overflow))
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
@@ -253,12 +254,13 @@ class Harness:
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
         return reply, out_blobs
 
-    def _provenance(self, mode: PoisonMode, slot: list[Any]) -> Provenance | None:
+    def _provenance(self, mode: PoisonMode, slot: list[Any], calls: int = 1) -> Provenance | None:
         """CPU: vouch for the forward's starting state (inputs, the model, its module's globals) and watch what
         every op and launch reads from here on (provenance.py)."""
         if not self.stores.installed:
             return None
-        prov = Provenance(self.stores)
+        # one key per process: records compare by digest; integer launch arguments where calls compare
+        prov = Provenance(self.stores, key=self.prov_key, int_args=calls > 1)
         prov.snapshot([slot, self.model, module_globals(self.model)])
         mode.provenance = self.rec.provenance = prov
         return prov
@@ -279,14 +281,15 @@ class Harness:
             prov.vouch(tensors)
 
     @staticmethod
-    def _provenance_evidence(prov: Provenance | None, leaves: list[Any], unhooked: bool, calls: int = 1) -> dict[str, Any]:
+    def _provenance_evidence(prov: Provenance | None, leaves: list[Any], unhooked: bool, calls: int = 1,
+                             overflow: bool = False) -> dict[str, Any]:
         """The forward's unexplained reads and writes (its outputs checked last), in elements; a record the
         candidate unhooked (`unhooked`: the hooks no longer held it when the calls returned) is evidence itself."""
         if prov is None:
             return {}
         prov.check_output(leaves)
-        return {"unexplained": prov.unexplained, "unexplained_where": [str(w) for w in prov.where[:4]],
-                "provenance_unhooked": unhooked, "calls": calls,
+        return {"unexplained": prov.unexplained, "prov_events": [[d.hex(), n, w, c] for d, n, w, c in prov.events],
+                "provenance_unhooked": unhooked, "calls": calls, "record_overflow": bool(overflow),
                 "output_elements": sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))}
 
     def _accounting(self, mode: PoisonMode, hidden: HiddenWork, leaves: list[Any], elements: int) -> dict[str, Any]:
@@ -296,7 +299,7 @@ class Harness:
         if self.stores.installed:
             evidence["kernel_share"] = self.stores.kernel_share(leaves, mode.copies)
             evidence["input_share"] = self.stores.input_share(mode.derived, elements)
-            self.stores.stores, self.stores.loads = [], []
+            self.stores.clear()
         return evidence
 
     def op_time(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
@@ -349,8 +352,9 @@ class Harness:
         leaves = handed["leaves"]
         shares = {}
         if record:
-            shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves])}
-            self.stores.stores, self.stores.loads = [], []
+            shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves]),
+                      "input_share_raw": self._input_share_raw(sets)}
+            self.stores.clear()
         ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "launched_after": handed["late"], "outputs": handed["outputs"], "launches": launches,
@@ -368,6 +372,8 @@ class Harness:
 
         def call(*args: Any) -> Any:
             n0 = rec.total
+            if rec.provenance is not None:  # audit A: which call each unexplained read belongs to
+                rec.provenance.call += 1
             try:
                 return model(*args)
             finally:
@@ -400,7 +406,7 @@ class Harness:
         result poisoned (accounting.py) and, on the CPU, the kernels' stores recorded. Its samples are never
         used; its outputs are checked like any round's."""
         mode = PoisonMode(launches=self.rec.count, track_copies=self.stores.installed)
-        prov = self._provenance(mode, [x for name in h["sets"] for x in self.slots[name]])
+        prov = self._provenance(mode, [x for name in h["sets"] for x in self.slots[name]], len(h.get("order") or ()))
         self.stores.start()
         try:
             with accounted(mode) as hidden:  # and the CPU profiler: PyTorch work out of the mode's sight
@@ -417,8 +423,11 @@ class Harness:
             timed = self._timed_leaves()
             reply["kernel_share"] = self.stores.kernel_share(timed, mode.copies)
             reply["kernel_share_raw"] = self.stores.kernel_share(timed)  # compared with the unwatched audit's
-            reply.update(self._provenance_evidence(prov, timed, unhooked, len(h.get("order") or ()) or 1))
-        self.stores.stores, self.stores.loads = [], []
+            reply["input_share_raw"] = self._input_share_raw([self.slots[name] for name in h["sets"]])
+            reply.update(self._provenance_evidence(prov, timed, unhooked, len(h.get("order") or ()) or 1,
+                                                   self.stores.overflow))
+            reply["accounting_ms"] = float(reply.get("accounting_ms") or 0.0) + (prov.cost_s * 1e3 if prov else 0.0)
+        self.stores.clear()
         return reply, out_blobs
 
     def _recorded(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
@@ -432,8 +441,15 @@ class Harness:
             self.stores.stop()
         if self.stores.installed and reply.get("ok"):
             reply["kernel_share_raw"] = self.stores.kernel_share(self._timed_leaves())
-        self.stores.stores, self.stores.loads = [], []
+            reply["input_share_raw"] = self._input_share_raw([self.slots[name] for name in h["sets"]])
+        self.stores.clear()
         return reply, out_blobs
+
+    def _input_share_raw(self, sets: list[list[Any]]) -> float | None:
+        """The share of the timed inputs' elements the kernels loaded, from the inputs' own storages only (glue
+        copies of them need the dispatch mode to be tracked): compared between audit A and the unwatched requests."""
+        tensors = [t for slot in sets for t in slot if isinstance(t, torch.Tensor) and t.device.type == "cpu"]
+        return self.stores.input_share([_extent(t) for t in tensors], sum(t.numel() for t in tensors))
 
     def _timed_leaves(self) -> list[Any]:
         """Every output tensor of the last timed request's calls (kept until the supervisor releases them)."""

@@ -19,7 +19,7 @@ tl = pytest.importorskip("triton.language")
 
 from davinci.kernelgym import guards  # noqa: E402
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder  # noqa: E402
-from davinci.kernelgym.provenance import Provenance, provenance_verdict  # noqa: E402
+from davinci.kernelgym.provenance import Provenance, Record, provenance_verdict  # noqa: E402
 
 N = 64
 
@@ -98,7 +98,7 @@ def test_a_kernel_loading_a_from_numpy_buffer_counts_every_element_it_loaded(hoo
         out = torch.empty_like(x)
         _copy[(1,)](s, out, 48, BLOCK=N)  # loads 48 of its 64 elements
     prov.check_output([out])
-    assert prov.unexplained == 48
+    assert prov.unexplained == 48 + 16  # 48 loaded of unknown origin; 16 output elements nothing wrote
 
 
 def test_the_output_written_after_the_last_launch_is_counted(hooks):
@@ -169,10 +169,50 @@ def test_each_value_read_into_python_counts_one(hooks):
     assert prov.unexplained == 5
 
 
-def test_the_verdict_weighs_the_forwards_total_against_its_output():
-    assert provenance_verdict(0, 4096, []) is None
-    assert provenance_verdict(40, 4096, ["x"]) is None          # under 1% of 4096 (40.96)
-    assert provenance_verdict(41, 4096, ["x"]) is not None
-    assert provenance_verdict(15, 100, ["x"]) is None           # under the 16-element floor
-    assert provenance_verdict(16, 100, ["x"]) is not None
-    assert "unhooked" in provenance_verdict(0, 4096, [], unhooked=True)
+def test_the_verdict_counts_host_made_data_unless_other_inputs_gave_the_same():
+    def record(*events, out=4096, **kw):
+        return Record(tuple(events), out, **kw)
+    varying, table = ("a" * 32, 8, "kernel k loaded 8 elements", 0), ("c" * 32, 32, "a table", 0)
+    assert provenance_verdict(record()) is None
+    assert provenance_verdict(record(varying, out=8)) is not None            # 8 of an 8-element output
+    assert provenance_verdict(record(("b" * 32, 40, "x", 0))) is None           # 40 < 1% of 4096 (40.96)
+    assert provenance_verdict(record(("b" * 32, 41, "x", 0))) is not None
+    assert provenance_verdict(record(table, out=8), constant={"c" * 32}) is None  # the same on other inputs
+    assert provenance_verdict(record(table, varying, out=8), constant={"c" * 32}).startswith("the kernels read or "
+                                                                                            "returned 8 elements")
+    assert "unhooked" in provenance_verdict(record(unhooked=True))
+    assert "overflowed" in provenance_verdict(record(overflow=True))
+
+
+def test_a_table_built_per_call_has_the_same_digest_on_other_inputs_and_host_sums_do_not(hooks):
+    """What lets the verdict tell a constant from host compute: the same key, other inputs, the same digest."""
+    key = b"k" * 16
+    digests = []
+    for x in (_x(), _x() * 3.0):
+        rec, stores = hooks
+        prov, mode = Provenance(stores, key=key), PoisonMode(launches=rec.count)
+        prov.snapshot([[x]])
+        mode.provenance = rec.provenance = prov
+        stores.start()
+        try:
+            with mode:
+                table = torch.from_numpy(np.arange(N, dtype=np.float32))        # the same on any input
+                sums = torch.from_numpy(np.maximum(x.numpy(), 0.0))             # computed from the input
+                a, b = torch.empty_like(x), torch.empty_like(x)
+                _copy[(1,)](table, a, N, BLOCK=N)
+                _copy[(1,)](sums, b, N, BLOCK=N)
+        finally:
+            stores.stop()
+            rec.provenance = None
+        digests.append([d for d, _, _, _ in prov.events])
+    assert len(digests[0]) == 2 and digests[0][0] == digests[1][0] and digests[0][1] != digests[1][1]
+
+
+def test_data_seen_in_two_calls_of_one_record_is_a_constant_and_data_of_one_call_is_not():
+    sizes = [("s" * 32, 1, "n", c) for c in (1, 2, 3)]          # the same size passed in each call
+    sums = [(f"{c}" * 32, 1, "a sum", c) for c in (1, 2, 3)]    # a different host-made value in each call
+    assert provenance_verdict(Record(tuple(sizes), output_elements=24)) is None
+    assert provenance_verdict(Record(tuple(sizes + sums), output_elements=24)).startswith(
+        "the kernels read or returned 3 elements")
+    twice_in_one_call = (("t" * 32, 8, "x", 1), ("t" * 32, 8, "x", 1))
+    assert provenance_verdict(Record(twice_in_one_call, output_elements=8)) is not None
