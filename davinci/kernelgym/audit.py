@@ -116,7 +116,7 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
                                                              (job.info.get("work") or {}).get("torch_work"),
                                                              *hidden_evidence(reply))
     if reply.get("ok"):  # data the host made is counted unless the accounting calls saw the same (a constant)
-        ev.host_compute = ev.host_compute or provenance_from(provenance_record(reply), job.prov_seen)
+        ev.host_compute = ev.host_compute or provenance_from(provenance_record(reply), job.prov_seen, job.prov_codes)
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (

@@ -233,6 +233,9 @@ class LaunchRecorder:
         self.installed: list[str] = []
         self.total = 0  # every launch since install, recording or not (accounting.PoisonMode reads it)
         self.provenance: Any = None  # provenance.Provenance during the CPU accounting forward
+        self.refused: list[str] = []  # interpreted kernels Triton's GPU front end refused (frontend.py)
+        self.frontend_s = 0.0  # time spent lowering them (the evaluator's, taken off the forward's clock)
+        self._frontend: dict = {}
 
     def count(self) -> int:
         return self.total
@@ -246,17 +249,19 @@ class LaunchRecorder:
 
     def _wrap(self, cls: Any, label: str) -> None:
         original, rec, perf = cls.run, self, time.perf_counter
+        interpreted = label == "interpreter"
 
         def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
             rec.total += 1
+            if interpreted and not kwargs.get("warmup"):
+                rec._front_end(fn_self, args, kwargs)
             prov = rec.provenance
             if prov is not None and not kwargs.get("warmup"):  # what the kernel reads, vouched for (provenance.py)
-                name = getattr(getattr(fn_self, "fn", None), "__name__", type(fn_self).__name__)
-                prov.before_launch(name, args, kwargs)
+                prov.before_launch(fn_self, args, kwargs)
                 try:
                     return timed(fn_self, *args, **kwargs)
                 finally:
-                    prov.after_launch(name)
+                    prov.after_launch(fn_self)
             return timed(fn_self, *args, **kwargs)
 
         def timed(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -272,6 +277,20 @@ class LaunchRecorder:
         cls.run = run
         self.installed.append(label)
 
+    def _front_end(self, kernel: Any, args: tuple, kwargs: dict) -> None:
+        """On the CPU: a kernel Triton's GPU front end refuses does not run (frontend.py)."""
+        from davinci.kernelgym.frontend import FrontendRefused, frontend_error
+
+        t0 = time.perf_counter()
+        try:
+            error = frontend_error(kernel, args, kwargs, self._frontend)
+        finally:
+            self.frontend_s += time.perf_counter() - t0
+        if error:
+            name = getattr(getattr(kernel, "fn", None), "__name__", "kernel")
+            self.refused.append(f"{name}: {error}")
+            raise FrontendRefused(f"Triton's compiler would refuse kernel {name} on a GPU: {error}")
+
     def _hook(self, metadata: Any) -> None:
         self.total += 1
         if self.active:
@@ -286,6 +305,9 @@ class LaunchRecorder:
             self._wrap(JITFunction, "jit")
             from triton.runtime.interpreter import InterpretedFunction
 
+            from davinci.kernelgym.frontend import language_state
+
+            self._frontend = {"language": language_state()}  # before the candidate, before anything interpreted
             self._wrap(InterpretedFunction, "interpreter")
         except Exception:
             return self.installed

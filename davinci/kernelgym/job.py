@@ -43,7 +43,7 @@ from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import Mode, gpu_gate
 from davinci.kernelgym.lane import ChildHandle, Lane, WorkerDied
-from davinci.kernelgym.provenance import Record, provenance_verdict, read_record
+from davinci.kernelgym.provenance import Record, code_verdict, provenance_verdict, read_record
 from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError, malformed_number
 from davinci.types import Candidate, Problem
 
@@ -99,6 +99,7 @@ class Job:
     last_input_share: float | None = None                  # CPU accounting forward: input elements kernels loaded
     last_record: Record | None = None                      # CPU accounting forward: its provenance (provenance.py)
     prov_seen: set[str] = field(default_factory=set)       # digests of host-made data seen in the accounting calls
+    prov_codes: set[str] = field(default_factory=set)      # digests of the kernels the accounting call launched
     compiled: bool = False
     numerics_ok: bool = False
     trials_run: int = 0
@@ -426,6 +427,10 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
         job.hidden_work_error = str(ev["torch_hidden_error"])[:300]
     job.last_input_share = ev.get("input_share")
     job.last_record = provenance_record(ev)
+    refused = [str(r)[:300] for r in list(ev.get("refused") or [])[:4]]
+    if refused:  # the launch raised; a candidate that caught it and went on is refused all the same
+        job.fail("compile", "Triton's compiler would refuse these kernels on a GPU, so the CPU interpreter does not "
+                            "run them either (frontend.py): " + "; ".join(refused))
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))
@@ -500,8 +505,12 @@ def provenance_record(ev: dict[str, Any]) -> Record | None:
         return Record((), 0, unhooked=True)
 
 
-def provenance_from(record: Record | None, constant: set[str] = frozenset()) -> str | None:
-    return provenance_verdict(record, constant) if record is not None else None
+def provenance_from(record: Record | None, constant: set[str] = frozenset(), codes: set[str] = frozenset()) -> str | None:
+    """The verdict on a later record (audit A): its data against what the accounting calls saw, and its kernels
+    against the ones they ran."""
+    if record is None:
+        return None
+    return provenance_verdict(record, constant) or code_verdict(record, codes)
 
 
 def accounts(job: Job) -> bool:
@@ -545,13 +554,15 @@ def _provenance_evidence(job: Job) -> str | None:
     if first is None:
         return None
     job.prov_seen |= first.digests
+    job.prov_codes |= first.codes
     if not first.events or provenance_verdict(first) is None:
         return provenance_verdict(first)
     second = _other_inputs(job)
     if second is None:
         return provenance_verdict(first)
     job.prov_seen |= second.digests
-    return provenance_verdict(first, second.digests) or provenance_verdict(second, first.digests)
+    return provenance_verdict(first, second.digests) or provenance_verdict(second, first.digests) or \
+        code_verdict(second, first.codes)
 
 
 def _other_inputs(job: Job) -> Record | None:

@@ -17,19 +17,26 @@ So during the accounting forward (`worker.Harness.op_run`) and audit A (`worker.
     arguments; a custom op's body is observed too (`observed_call`), so its results are what the body's writers
     left; ops that change metadata only (`resize_`, `set_`, in-place views) vouch for nothing;
   - every storage a Triton launch was passed, right after the launch (the kernel's stores are its work).
-Extents hold their storages alive for the record's life, so freed memory is never reused out of sight, and an
-allocation (`empty`) carries a mark per byte until something observed writes it. What counts, each time with a
-digest of the data itself (`events`):
-  - a recorded extent under a tensor an op reads, under a launch's argument, or under memory a launch loaded
-    (pointer arithmetic past its arguments), whose digest changed: a write nobody observed;
+Extents hold their storages alive for the record's life, so freed memory is never reused out of sight, and what
+an allocation (`empty`) hands out is overwritten with all-ones bytes (NaN, -1) first: memory NumPy freed may hold
+the answer, and no honest kernel reads what it did not write. What counts, each time with a digest of the data
+itself (`events`):
+  - a recorded extent under a tensor an op reads, under a launch's argument (however small the argument), or
+    under memory a launch loaded (pointer arithmetic past its arguments), whose digest changed: a write nobody
+    observed;
   - bytes read, or loaded by a kernel, that lie under no recorded extent: data of unknown origin
-    (`torch.from_numpy` of NumPy's answer, `torch.tensor` of a Python list);
-  - bytes of an allocation read or loaded before anything wrote them (memory NumPy freed may hold the answer);
+    (`torch.from_numpy` of NumPy's answer, `torch.tensor` of a Python list); an argument's bytes of unknown origin
+    stay unknown after a launch unless the kernel stored every one of them;
   - an argument's memory after a launch that is not its memory before with the kernel's recorded stores applied
-    (Python or NumPy run from inside the interpreted kernel);
-  - each value read into Python (`item()`) and each float argument of a launch (in audit A, whose calls each have
-    their own inputs, each integer argument too: sizes and strides are the same in every call);
+    (Python or NumPy run from inside the interpreted kernel; `frontend.py` refuses such kernels first);
+  - each value read into Python (`item()`), each number a fill writes (`fill_`, `full`), and each float argument
+    of a launch, inside tuples too and under any keyword that names a kernel parameter (in audit A, whose calls
+    each have their own inputs, each integer argument too: sizes and strides are the same in every call);
   - the returned output, checked the same way.
+The digest of unknown data covers every argument storage the loads fell in, whole; loads past every argument, and
+events past the cap, get digests nothing shares. The record also keeps a digest of each launched kernel's code and
+compile-time constants (`codes`): a kernel generated per call with the data baked in differs on other inputs
+(`code_verdict`).
 `provenance_verdict` counts the events whose data is not the same on other inputs (`job._provenance_evidence`
 runs the accounting call again on other inputs when the first record would flag, and audit A compares with what
 both accounting calls saw, and across its own calls): a table or a float constant built per call is not host
@@ -75,13 +82,11 @@ MAX_EVENTS = 512  # unexplained reads recorded one by one (each with its content
 
 class _Extent:
     """A vouched-for storage: [start, start + nbytes), its element size and digest; `keep` holds the storage alive
-    for the record's life (its memory cannot be freed and reused by an allocation nobody observed);
-    `uninit` [nbytes] bool marks the bytes of an allocation (`empty`) that nothing has written yet."""
-    __slots__ = ("start", "nbytes", "size", "digest", "keep", "uninit")
+    for the record's life (its memory cannot be freed and reused by an allocation nobody observed)."""
+    __slots__ = ("start", "nbytes", "size", "digest", "keep")
 
-    def __init__(self, start: int, nbytes: int, size: int, digest: bytes, keep: Any, uninit: Any = None) -> None:
-        self.start, self.nbytes, self.size, self.digest = start, nbytes, size, digest
-        self.keep, self.uninit = keep, uninit
+    def __init__(self, start: int, nbytes: int, size: int, digest: bytes, keep: Any) -> None:
+        self.start, self.nbytes, self.size, self.digest, self.keep = start, nbytes, size, digest, keep
 
     @property
     def end(self) -> int:
@@ -141,27 +146,25 @@ class Provenance:
         self.unexplained = 0  # elements read or returned that no observed writer explains
         self.where: list[str] = []
         self.events: list[tuple[bytes, int, str, int]] = []  # (digest of the data, elements, what, call) each
+        self.codes: set[bytes] = set()  # digests of the launched kernels' code and compile-time constants
         self.call = 0  # which forward call of the record (audit A times several, each on its own inputs)
         self.int_args = int_args  # integer launch arguments count too (in a record of several calls)
         self.to_python = 0  # tensor values read into Python (`_local_scalar_dense`)
         self.paused = 0  # inside a launch (the interpreter's own aten ops) or the harness's input fill
         self.cost_s = 0.0  # the record's own time (audit.py takes it off the audit request's wall)
-        self._pending: list[tuple[list[tuple[int, int, int, Any]], dict[int, Any], tuple[int, int], list[_Extent]]] = []
+        self._pending: list[tuple[list[tuple[int, int, int, Any]], dict[int, Any], set[int], tuple[int, int],
+                                  list[_Extent]]] = []
 
     # --- digests and the record ---
     def _digest(self, start: int, nbytes: int) -> bytes:
         view = (ctypes.c_char * nbytes).from_address(start)
         return hashlib.blake2b(memoryview(view), key=self.key, digest_size=16).digest()
 
-    def _vouch(self, start: int, nbytes: int, size: int, keep: Any, fresh: bool = False) -> None:
-        """Vouch for memory as it is now; `fresh`: a new allocation whose bytes nothing wrote yet. An extent already
-        recorded at `start` keeps its unwritten bytes."""
-        import numpy as np
+    def _value_digest(self, label: str, value: Any) -> bytes:
+        return hashlib.blake2b(f"{label}={value!r}".encode(), key=self.key, digest_size=16).digest()
 
-        old = self.known.get(start)
-        uninit = np.ones(nbytes, dtype=bool) if fresh else \
-            (old.uninit if old is not None and old.nbytes == nbytes else None)
-        self.known[start] = _Extent(start, nbytes, size, self._digest(start, nbytes), keep, uninit)
+    def _vouch(self, start: int, nbytes: int, size: int, keep: Any) -> None:
+        self.known[start] = _Extent(start, nbytes, size, self._digest(start, nbytes), keep)
 
     def _revouch(self, lo: int, hi: int) -> None:
         """Digest again every recorded extent overlapping [lo, hi) (written by an observed writer)."""
@@ -177,8 +180,8 @@ class Provenance:
         self.unexplained += elements
         if len(self.events) < MAX_EVENTS:
             self.events.append((content, elements, what, self.call))
-        else:  # past the cap: one event that nothing matches
-            self.events[-1] = (b"overflow", self.events[-1][1] + elements, "more unexplained data", -1)
+        else:  # past the cap: one event whose digest nothing shares
+            self.events[-1] = (os.urandom(16), self.events[-1][1] + elements, "more unexplained data", -1)
         if len(self.where) < 8:
             self.where.append(what)
 
@@ -189,9 +192,6 @@ class Provenance:
             if extent is not None:
                 self._vouch(*extent, keep=t.untyped_storage())
                 self._revouch(extent[0], extent[0] + extent[1])
-
-    def _value_digest(self, label: str, value: Any) -> bytes:
-        return hashlib.blake2b(f"{label}={value!r}".encode(), key=self.key, digest_size=16).digest()
 
     # --- the forward's start ---
     def snapshot(self, roots: Iterable[Any]) -> int:
@@ -220,25 +220,29 @@ class Provenance:
 
     # --- aten ops (accounting.PoisonMode, Observer) ---
     def before_op(self, name: str, func: Any, args: Any, kwargs: Any) -> None:
-        """Check what an op reads; not for views (they read nothing) or while paused. A value read into Python
-        (`item()`, `float(t)`: `_local_scalar_dense`) leaves every record: each counts as one element."""
-        if self.paused or getattr(func, "is_view", False):
+        """Check what an op reads; not for views (they read nothing) or while paused. A number a fill writes
+        (`fill_`, `full`) is data from Python, as a value read into Python is (after_op)."""
+        if self.paused or getattr(func, "is_view", False) or name == "_local_scalar_dense":
             return
         t0 = time.perf_counter()
-        if name != "_local_scalar_dense":  # counted in after_op, with the value read
-            for i, value in enumerate(args):
-                writes_only = name in _NO_READ and i == 0
-                for t in tensors_in(value):
-                    self._check(t, f"the input of {name}", reads=not writes_only)
-            for k, value in (kwargs or {}).items():
-                for t in tensors_in(value):
-                    self._check(t, f"the input of {name}", reads=k != "out")
+        if name in _FILLS:
+            for i, value in enumerate(_numbers([a for a in args if not isinstance(a, torch.Tensor)])):
+                self._note(1, f"a number written by {name}", self._value_digest(f"{name}:{i}", value))
+        for i, value in enumerate(args):
+            writes_only = name in _NO_READ and i == 0
+            for t in tensors_in(value):
+                self._check(t, f"the input of {name}", reads=not writes_only)
+        for k, value in (kwargs or {}).items():
+            for t in tensors_in(value):
+                self._check(t, f"the input of {name}", reads=k != "out")
         self.cost_s += time.perf_counter() - t0
 
     def after_op(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         """Vouch for what an op wrote: its results and the arguments it wrote in place or through out=. Not a custom
         op's results (its body was observed, `observed_call`: they hold what the body's observed writers left),
-        nor ops that change only metadata (`resize_`, `set_`, in-place views): they write no values."""
+        nor ops that change only metadata (`resize_`, `set_`, in-place views): they write no values. What an
+        allocation hands out is overwritten with all-ones bytes first (NaN, -1): memory freed by NumPy may hold
+        the answer, and no honest kernel reads what it did not write."""
         if self.paused or getattr(func, "is_view", False) or func.namespace not in _NATIVE:
             return
         name = func.__name__.split(".")[0]
@@ -258,71 +262,66 @@ class Provenance:
             if extent is None:
                 continue
             if name in _ALLOC:
-                self._vouch(*extent, keep=t.untyped_storage(), fresh=True)
-                continue
-            self._written(t, extent)
+                ctypes.memset(extent[0], 0xFF, extent[1])
             self._vouch(*extent, keep=t.untyped_storage())
             self._revouch(extent[0], extent[0] + extent[1])
         self.cost_s += time.perf_counter() - t0
 
-    def _written(self, view: torch.Tensor, extent: tuple[int, int, int]) -> None:
-        """Mark the bytes an aten op wrote through `view` as written in the allocations they belong to."""
-        for k in self._overlapping(extent[0], extent[0] + extent[1]):
-            if k.uninit is not None and k.uninit.any():
-                _mark(k, _view_bytes(view), False)
-
-    def _check(self, t: torch.Tensor, what: str, reads: bool = True) -> None:
+    def _check(self, t: torch.Tensor, what: str, reads: bool = True) -> int:
         """Every recorded extent under `t`'s storage must hold what its observed writer left; bytes of it under no
-        recorded extent, and (where `t` is read) bytes of an allocation nothing wrote, count."""
+        recorded extent count where `t` is read. Returns those bytes."""
         extent = _storage(t)
-        if extent is None or extent[1] < MIN_ELEMENTS * extent[2]:
-            return
+        if extent is None:
+            return 0
         start, nbytes, size = extent
         covered = 0
-        for k in self._overlapping(start, start + nbytes):
+        for k in self._overlapping(start, start + nbytes):  # however small `t` is: it may sit inside a scratch
             covered += min(k.end, start + nbytes) - max(k.start, start)
             if self._digest(k.start, k.nbytes) != k.digest:
                 k.digest = self._digest(k.start, k.nbytes)  # counted once per unobserved write
                 self._note(k.nbytes // k.size, f"{what}: {k.nbytes} bytes written by something neither PyTorch's "
                                                "ops nor the kernels", k.digest)
-                k.uninit = None  # its bytes were written, out of sight: counted here, not again as unwritten
-            if reads and k.uninit is not None and k.uninit.any():
-                garbage = int(_mark(k, _view_bytes(t), None))
-                if garbage:
-                    self._note(max(1, garbage // size), f"{what}: {garbage} bytes of an allocation nothing wrote",
-                               self._digest(k.start, k.nbytes))
-        if reads and nbytes - covered >= MIN_ELEMENTS * size:
-            self._note((nbytes - covered) // size, f"{what}: {nbytes - covered} bytes no observed op or kernel wrote",
+        unknown = max(0, nbytes - covered)
+        if reads and unknown >= MIN_ELEMENTS * size:
+            self._note(unknown // size, f"{what}: {unknown} bytes no observed op or kernel wrote",
                        self._digest(start, nbytes))
             self._vouch(start, nbytes, size, keep=t.untyped_storage())  # counted once
+            return 0
+        return unknown
 
     # --- Triton launches (guards.LaunchRecorder) ---
-    def before_launch(self, name: str, args: Any, kwargs: Any) -> None:
+    def before_launch(self, kernel: Any, args: Any, kwargs: Any) -> None:
         t0 = time.perf_counter()
+        name, params = _kernel_name(kernel), _kernel_params(kernel)
+        self.codes.add(_code_digest(kernel, args, kwargs, self.key))
+        named = [*zip(params, args), *((k, v) for k, v in kwargs.items() if k in params or k not in _LAUNCH_OPTIONS)]
+        for where, value in named:  # a number passed in, however wrapped: data from Python
+            for i, number in enumerate(_numbers([value], self.int_args)):
+                self._note(1, f"a number passed to kernel {name}", self._value_digest(f"{name}:{where}:{i}", number))
         tensors = tensors_in(list(args)) + tensors_in(dict(kwargs))
-        for where, value in [*enumerate(args), *kwargs.items()]:  # a number passed in: data from Python
-            if _is_data_scalar(value, self.int_args) and where not in _LAUNCH_OPTIONS:
-                self._note(1, f"a number passed to kernel {name}", self._value_digest(f"{name}:{where}", value))
-        for t in tensors:  # unknown bytes count only where the kernel loads them (after_launch)
-            self._check(t, f"an argument of kernel {name}", reads=False)
+        partly_unknown = {t.untyped_storage().data_ptr() for t in tensors  # count only where loaded (after_launch)
+                          if self._check(t, f"an argument of kernel {name}", reads=False)}
         extents = {e[0]: (*e, t.untyped_storage()) for e, t in ((_storage(t), t) for t in tensors) if e is not None}
         copies = {start: _read(start, nbytes) for start, (_, nbytes, _, _) in extents.items()}
         marks = (len(self.stores.loads), len(self.stores.stores)) if self.stores is not None else (0, 0)
-        self._pending.append((list(extents.values()), copies, marks, list(self.known.values())))
+        self._pending.append((list(extents.values()), copies, partly_unknown, marks, list(self.known.values())))
         self.paused += 1
         self.cost_s += time.perf_counter() - t0
 
-    def after_launch(self, name: str) -> None:
+    def after_launch(self, kernel: Any) -> None:
         t0 = time.perf_counter()
         self.paused -= 1
-        extents, copies, (i, j), vouched = self._pending.pop()
+        name = _kernel_name(kernel)
+        extents, copies, partly_unknown, (i, j), vouched = self._pending.pop()
+        stored: dict[int, Any] = {}
         if self.stores is not None:
-            loads, stores = self.stores.loads[i:], self.stores.stores[j:]
-            self._launch_loads(name, loads, vouched, extents)
-            self._uninit_reads(name, i, j, vouched)
+            self._launch_loads(name, self.stores.loads[i:], vouched, extents)
             if not self.stores.overflow:
-                self._only_stores(name, extents, copies, stores)
+                stored = self._only_stores(name, extents, copies, self.stores.stores[j:])
         for start, nbytes, size, keep in extents:  # what the kernel stored is its work
+            if start in partly_unknown and not (start in stored and stored[start].all()):
+                self._revouch(start, start + nbytes)  # bytes of unknown origin the kernel left stay unknown
+                continue
             self._vouch(start, nbytes, size, keep)
             self._revouch(start, start + nbytes)
         self.cost_s += time.perf_counter() - t0
@@ -330,8 +329,8 @@ class Provenance:
     def _launch_loads(self, name: str, loads: list[Any], vouched: list[_Extent],
                       args: list[tuple[int, int, int, Any]]) -> None:
         """The distinct addresses a launch loaded: outside every extent recorded before it they count (values of
-        unknown origin); inside a recorded extent that is not one of its arguments, that extent must still hold
-        what its writer left (the kernel reached it by pointer arithmetic, past every argument check)."""
+        unknown origin); a recorded extent it loaded from must still hold what its writer left (it may have been
+        reached by pointer arithmetic, past every argument check)."""
         import numpy as np
 
         if not loads:
@@ -344,59 +343,36 @@ class Provenance:
                 inside[lo:hi] = True
                 if not any(s < k.end and k.start < s + n for s, n, _, _ in args) and \
                         self._digest(k.start, k.nbytes) != k.digest:
-                    k.digest, k.uninit = self._digest(k.start, k.nbytes), None
+                    k.digest = self._digest(k.start, k.nbytes)
                     self._note(k.nbytes // k.size, f"kernel {name} loaded memory outside its arguments that "
                                                    "something neither PyTorch's ops nor the kernels wrote", k.digest)
         outside = int((~inside).sum())
         if outside:  # however few: the verdict's threshold is on the forward's total (pieces add up)
             self._note(outside, f"kernel {name} loaded {outside} elements of memory no observed op or kernel wrote",
-                       self._bytes_digest(addrs[~inside], args))
+                       self._unknown_digest(addrs[~inside], args))
 
-    def _bytes_digest(self, addrs: Any, args: list[tuple[int, int, int, Any]]) -> bytes:
-        """A digest of the values at loaded addresses: the whole argument storage they fall in (the usual case: a
-        `torch.from_numpy` passed in), else the element at each address (up to 4,096 of them)."""
-        lo, hi = int(addrs.min()), int(addrs.max())
-        for start, nbytes, _, _ in args:
-            if start <= lo and hi < start + nbytes:
-                return self._digest(start, nbytes)
-        return hashlib.blake2b(b"".join(ctypes.string_at(int(a), 4) for a in addrs[:4096]), key=self.key,
-                               digest_size=16).digest()
-
-    def _uninit_reads(self, name: str, i: int, j: int, vouched: list[_Extent]) -> None:
-        """Loads of bytes of an allocation that nothing had written (in the order loads and stores happened): what
-        `empty` handed out is garbage, unless memory freed by NumPy held the answer there."""
-        import numpy as np
-
-        fresh = [k for k in vouched if k.uninit is not None and k.uninit.any()]
-        if not fresh:
-            return
-        rec = self.stores
-        events = sorted([(q, "load", a) for q, a in zip(rec.load_seq[i:], rec.loads[i:])] +
-                        [(q, "store", a) for q, (a, _) in zip(rec.store_seq[j:], rec.stores[j:])], key=lambda e: e[0])
-        garbage = 0
-        for _, kind, addrs in events:
-            for k in fresh:
-                inside = addrs[(addrs >= k.start) & (addrs < k.end)] - k.start
-                if not len(inside):
-                    continue
-                if kind == "load":
-                    garbage += int(k.uninit[inside].sum())
-                else:
-                    spans = inside[:, None] + np.arange(k.size)
-                    k.uninit[np.clip(spans, 0, k.nbytes - 1)] = False
-        if garbage:
-            self._note(garbage, f"kernel {name} loaded {garbage} elements of an allocation nothing wrote",
-                       b"".join(self._digest(k.start, k.nbytes) for k in fresh))
+    def _unknown_digest(self, addrs: Any, args: list[tuple[int, int, int, Any]]) -> bytes:
+        """A digest of the unknown data a launch loaded: every argument storage it fell in, whole (a
+        `torch.from_numpy` passed in: the same on other inputs only if all of it is). Loads outside every argument
+        get a digest nothing shares: no honest kernel reaches memory past its arguments."""
+        parts = []
+        for start, nbytes, _, _ in sorted(args):
+            if ((addrs >= start) & (addrs < start + nbytes)).any():
+                parts.append(self._digest(start, nbytes))
+        if sum(int(((addrs >= s) & (addrs < s + n)).sum()) for s, n, _, _ in args) < len(addrs):
+            parts.append(os.urandom(16))
+        return hashlib.blake2b(b"".join(parts), key=self.key, digest_size=16).digest()
 
     def _only_stores(self, name: str, extents: list[tuple[int, int, int, Any]], copies: dict[int, Any],
-                     stores: list[tuple[Any, Any]]) -> None:
+                     stores: list[tuple[Any, Any]]) -> dict[int, Any]:
         """Each argument's memory after the launch must be its memory before with the kernel's recorded stores
         applied, in order: anything else changed it meanwhile (Python or NumPy run from inside the interpreted
-        kernel, a thread)."""
+        kernel, a thread). Returns, per argument, which of its bytes the kernel stored ([nbytes] bool)."""
         import numpy as np
 
+        stored = {}
         for start, nbytes, size, _ in extents:
-            expect = copies[start]
+            expect, hit = copies[start], np.zeros(nbytes, dtype=bool)
             for addrs, vals in stores:
                 k = vals.dtype.itemsize
                 inside = (addrs >= start) & (addrs + k <= start + nbytes)
@@ -404,12 +380,15 @@ class Provenance:
                     continue
                 offs = (addrs[inside] - start)[:, None] + np.arange(k)
                 expect[offs] = np.ascontiguousarray(vals[inside]).view(np.uint8).reshape(-1, k)
+                hit[offs] = True
+            stored[start] = hit
             now = _read(start, nbytes)
             if not np.array_equal(now, expect):
                 unit = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size) if nbytes % size == 0 else None
                 changed = int((now.view(unit) != expect.view(unit)).sum()) if unit else int((now != expect).sum())
                 self._note(changed, f"kernel {name}: {changed} elements of an argument changed during the launch "
                                     "other than by the kernel's stores", self._digest(start, nbytes))
+        return stored
 
     # --- the forward's end ---
     def check_output(self, leaves: Iterable[Any]) -> None:
@@ -418,25 +397,69 @@ class Provenance:
                 self._check(t, "the returned output")
 
 
-def _view_bytes(view: torch.Tensor) -> Any:
-    """[M] the byte addresses a tensor view covers (each element's bytes)."""
-    import numpy as np
-
-    from davinci.kernelgym.accounting import _addresses
-
-    if view.numel() == 0:
-        return np.zeros(0, dtype=np.int64)
-    return (_addresses(view)[:, None] + np.arange(view.element_size())).ravel()
+def _kernel_name(kernel: Any) -> str:
+    return getattr(getattr(kernel, "fn", None), "__name__", type(kernel).__name__)
 
 
-def _mark(k: _Extent, byte_addrs: Any, value: bool | None) -> int:
-    """Among `byte_addrs`, those inside extent `k`: set their unwritten mark to `value` (None: only count them);
-    returns how many were unwritten before."""
-    inside = byte_addrs[(byte_addrs >= k.start) & (byte_addrs < k.end)] - k.start
-    before = int(k.uninit[inside].sum())
-    if value is not None:
-        k.uninit[inside] = value
-    return before
+def _kernel_params(kernel: Any) -> list[str]:
+    import inspect
+
+    try:
+        return list(inspect.signature(kernel.fn).parameters)
+    except (TypeError, ValueError, AttributeError):
+        return list(getattr(kernel, "arg_names", []) or [])
+
+
+def _code_digest(kernel: Any, args: Any, kwargs: Any, key: bytes) -> bytes:
+    """A digest of what a launch runs: the kernel's code object and those of the @jit functions it names
+    (recursively), and its compile-time constants (the values of parameters annotated `tl.constexpr`). Data baked
+    into a kernel's source per call (code generated at run time) makes it change with the inputs."""
+    import marshal
+
+    fn = getattr(kernel, "fn", None)
+    h = hashlib.blake2b(key=key, digest_size=16)
+    seen: set[int] = set()
+
+    def add(f: Any, depth: int) -> None:
+        code = getattr(f, "__code__", None)
+        if code is None or id(f) in seen or depth > 4:
+            return
+        seen.add(id(f))
+        try:
+            h.update(marshal.dumps(code))
+        except ValueError:
+            h.update(repr(code).encode())
+        globs = getattr(f, "__globals__", {})
+        for n in code.co_names:
+            inner = getattr(globs.get(n), "fn", None)
+            if inner is not None and callable(inner):
+                add(inner, depth + 1)
+    if fn is not None:
+        add(fn, 0)
+        notes = getattr(fn, "__annotations__", {})
+        params = _kernel_params(kernel)
+        values = dict(zip(params, args)) | dict(kwargs)
+        h.update(repr(sorted((p, repr(values.get(p))) for p in params if "constexpr" in repr(notes.get(p)))).encode())
+    return h.digest()
+
+
+def _numbers(values: list[Any], ints: bool = True, depth: int = 0) -> list[Any]:
+    """The numbers in a launch's or a fill's arguments, inside tuples, lists and dicts too: floats (Python or
+    NumPy), and with `ints` integers (not bools)."""
+    found = []
+    for v in values:
+        kind = type(v)
+        if isinstance(v, (tuple, list)) and depth < 3:
+            found += _numbers(list(v), ints, depth + 1)
+        elif isinstance(v, dict) and depth < 3:
+            found += _numbers(list(v.values()), ints, depth + 1)
+        elif isinstance(v, bool) or kind.__module__ == "numpy" and "bool" in kind.__name__:
+            continue
+        elif isinstance(v, float) or kind.__module__ == "numpy" and "float" in kind.__name__:
+            found.append(v)
+        elif ints and (isinstance(v, int) or kind.__module__ == "numpy" and "int" in kind.__name__):
+            found.append(v)
+    return found
 
 
 # ops whose first argument is written, not read (allocations, fills, copy_'s destination)
@@ -445,6 +468,8 @@ _NO_READ = frozenset({"copy_", "fill_", "zero_", "resize_", "set_", "empty_like"
                       "normal_", "random_"})
 # allocations: what they return holds no value yet
 _ALLOC = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"})
+# ops that write numbers given from Python
+_FILLS = frozenset({"fill_", "fill", "full", "full_like", "new_full", "scalar_tensor", "index_fill_", "index_fill"})
 # in-place ops that change a tensor's metadata (its storage, size, strides), never its values
 _METADATA_ONLY = frozenset({"resize_", "resize_as_", "set_", "as_strided_", "detach_", "squeeze_", "unsqueeze_", "t_",
                             "transpose_", "swapdims_", "swapaxes_"})
@@ -470,16 +495,6 @@ def _children(obj: Any) -> list[Any]:
     return list(attrs.values()) if isinstance(attrs, dict) else []
 
 
-def _is_data_scalar(value: Any, ints: bool) -> bool:
-    """A float (Python or NumPy) launch argument, and with `ints` an integer one too (not a bool)."""
-    kind = type(value)
-    if isinstance(value, bool) or kind.__module__ == "numpy" and "bool" in kind.__name__:
-        return False
-    if isinstance(value, float) or kind.__module__ == "numpy" and "float" in kind.__name__:
-        return True
-    return ints and (isinstance(value, int) or kind.__module__ == "numpy" and "int" in kind.__name__)
-
-
 # keyword arguments of a launch that configure it (Triton's own), not data
 _LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "enable_fp_fusion",
                              "maxnreg", "launch_cooperative_grid", "launch_pdl"})
@@ -492,6 +507,7 @@ class Record:
     output_elements: int
     unhooked: bool = False  # the hooks no longer held the record when the calls returned
     overflow: bool = False  # the store record overflowed: the kernels' loads and stores are incomplete
+    codes: frozenset[str] = frozenset()  # digests of the kernels launched (code and compile-time constants)
 
     @property
     def digests(self) -> set[str]:
@@ -504,6 +520,22 @@ class Record:
         for d, _, _, c in self.events:
             calls.setdefault(d, set()).add(c)
         return {d for d, cs in calls.items() if len(cs - {-1}) >= 2}
+
+
+def code_verdict(record: Record, known: set[str]) -> str | None:
+    """`host_compute` evidence when a record launched kernels whose code or compile-time constants no earlier record
+    ran (`known`), or None: code generated per call with the data baked in.
+
+    >>> code_verdict(Record((), 8, codes=frozenset({"a"})), {"a"}) is None
+    True
+    >>> code_verdict(Record((), 8, codes=frozenset({"a", "b"})), {"a"})[:25]
+    'a kernel ran whose code o'
+    """
+    new = record.codes - set(known)
+    if not known or not new:
+        return None
+    return (f"a kernel ran whose code or compile-time constants differ from the ones run on other inputs ({len(new)} "
+            "new): data baked into a kernel generated per call")
 
 
 def provenance_verdict(record: Record, constant: set[str] = frozenset()) -> str | None:
@@ -542,7 +574,8 @@ def read_record(reply: dict[str, Any]) -> Record | None:
     try:
         events = tuple((str(d), int(n), str(w), int(c)) for d, n, w, c in list(reply.get("prov_events") or [])[:MAX_EVENTS])
         return Record(events, int(reply.get("output_elements") or 0), reply.get("provenance_unhooked") is not False,
-                      reply.get("record_overflow") is not False)
+                      reply.get("record_overflow") is not False,
+                      frozenset(str(c) for c in list(reply.get("prov_codes") or [])[:MAX_EVENTS]))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed provenance record: {exc}") from None
 

@@ -206,6 +206,7 @@ class Harness:
         before = guards.thread_counts()
         hidden = HiddenWork()  # PyTorch work out of the mode's sight (the CPU profiler beside it, hidden.py)
         self.rec.start()
+        lowering0 = self.rec.frontend_s  # the CPU front-end check's own time (frontend.py): not the forward's
         t0 = self._perf()
         try:
             if mode is not None:
@@ -223,7 +224,7 @@ class Harness:
             self.stores.stop()
             self.rec.provenance = None
             return {"ok": False, "error": _tb(exc)}, []
-        fwd_ms = (self._perf() - t0) * 1e3
+        fwd_ms = (self._perf() - t0 - (self.rec.frontend_s - lowering0)) * 1e3
         launched, kernel_ms = self.rec.stop()
         self.rec.start()  # from here on the harness takes the outputs over: no kernel of the candidate's may run
         try:
@@ -231,7 +232,8 @@ class Harness:
         finally:
             after, _ = self.rec.stop()
         evidence = {"launched": launched, "kernel_ms": kernel_ms, "forward_ms": fwd_ms, "poisoned": poisoned,
-                    "threads": [*before, *guards.thread_counts()], "launched_after": after}
+                    "threads": [*before, *guards.thread_counts()], "launched_after": after,
+                    "refused": list(self.rec.refused[:4])}  # kernels the GPU front end refused, even if caught
         if mode is not None:
             evidence.update(self._accounting(mode, hidden, leaves, elements))
             unhooked = prov is not None and (mode.provenance is not prov or self.rec.provenance is not prov)
@@ -289,6 +291,7 @@ class Harness:
             return {}
         prov.check_output(leaves)
         return {"unexplained": prov.unexplained, "prov_events": [[d.hex(), n, w, c] for d, n, w, c in prov.events],
+                "prov_codes": sorted(c.hex() for c in prov.codes),
                 "provenance_unhooked": unhooked, "calls": calls, "record_overflow": bool(overflow),
                 "output_elements": sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))}
 

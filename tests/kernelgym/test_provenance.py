@@ -98,7 +98,8 @@ def test_a_kernel_loading_a_from_numpy_buffer_counts_every_element_it_loaded(hoo
         out = torch.empty_like(x)
         _copy[(1,)](s, out, 48, BLOCK=N)  # loads 48 of its 64 elements
     prov.check_output([out])
-    assert prov.unexplained == 48 + 16  # 48 loaded of unknown origin; 16 output elements nothing wrote
+    assert prov.unexplained == 48  # loaded of unknown origin
+    assert out[48:].isnan().all()  # what `empty` handed out was overwritten (NaN): elements nothing wrote are wrong
 
 
 def test_the_output_written_after_the_last_launch_is_counted(hooks):
@@ -147,14 +148,16 @@ def _copy_after_python(src, dst, n, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=m), mask=m)
 
 
-def test_memory_an_argument_gained_during_a_launch_other_than_by_its_stores_is_counted(hooks):
+def test_memory_an_argument_gained_during_a_launch_other_than_by_its_stores_is_counted(hooks, monkeypatch):
+    """Behind the front-end check (frontend.py refuses such a kernel first), switched off here."""
+    monkeypatch.setattr(hooks[0], "_front_end", lambda *a: None)
     x = _x()
     with watched(hooks, [[x]]) as prov:
         s, out = torch.full_like(x, -7.0), torch.empty_like(x)
         _SIDE.update(x=x.numpy(), s=s.numpy())
         _copy_after_python[(1,)](s, out, N, BLOCK=N)
     prov.check_output([out])
-    assert prov.unexplained == N  # every element of s: -7 -> relu(x) >= 0
+    assert prov.unexplained == N + 1  # every element of s (-7 -> relu(x) >= 0), and the -7 full_like wrote
     assert any("other than by the kernel's stores" in w for w in prov.where)
 
 
@@ -166,7 +169,7 @@ def test_each_value_read_into_python_counts_one(hooks):
         for i in range(5):
             out[i].fill_(max(x[i].item(), 0.0))  # glue write of a value Python computed
     prov.check_output([out])
-    assert prov.unexplained == 5
+    assert prov.unexplained == 5 + 5  # each value read into Python, and each number fill_ wrote
 
 
 def test_the_verdict_counts_host_made_data_unless_other_inputs_gave_the_same():
@@ -216,3 +219,19 @@ def test_data_seen_in_two_calls_of_one_record_is_a_constant_and_data_of_one_call
         "the kernels read or returned 3 elements")
     twice_in_one_call = (("t" * 32, 8, "x", 1), ("t" * 32, 8, "x", 1))
     assert provenance_verdict(Record(twice_in_one_call, output_elements=8)) is not None
+
+
+def test_a_kernel_built_per_call_has_a_new_code_digest_and_a_reused_one_does_not():
+    from davinci.kernelgym.provenance import _code_digest
+
+    def build(value: float):
+        src = (f"def k(out_ptr, BLOCK: tl.constexpr):\n"
+               f"    tl.store(out_ptr + tl.arange(0, BLOCK), tl.full([BLOCK], {value!r}, tl.float32))\n")
+        scope = {"tl": tl}
+        exec(compile(src, f"<generated {value}>", "exec"), scope)
+        return triton.jit(scope["k"])
+    key = b"k" * 16
+    same = [_code_digest(_relu, (None, None, N), {"BLOCK": N}, key) for _ in range(2)]
+    baked = [_code_digest(build(v), (None,), {"BLOCK": N}, key) for v in (1.5, 2.5)]
+    other_block = _code_digest(_relu, (None, None, N), {"BLOCK": 2 * N}, key)
+    assert same[0] == same[1] and baked[0] != baked[1] and other_block != same[0]
