@@ -37,8 +37,8 @@ import time
 from typing import Any
 
 from davinci.kernelgym.accounting import torch_verdict
-from davinci.kernelgym.job import (KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, provenance_from,
-                                  provenance_record, ref)
+from davinci.kernelgym.hostdata import provenance_from, provenance_record
+from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, ref
 
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that

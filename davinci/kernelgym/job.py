@@ -43,7 +43,7 @@ from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import Mode, gpu_gate
 from davinci.kernelgym.lane import ChildHandle, Lane, WorkerDied
-from davinci.kernelgym.provenance import Record, code_verdict, provenance_verdict, read_record
+from davinci.kernelgym import hostdata
 from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError, malformed_number
 from davinci.types import Candidate, Problem
 
@@ -97,7 +97,7 @@ class Job:
     hidden_work_error: str = ""                            # why the profiler beside the mode saw nothing
     hidden_tampered: str = ""                              # the candidate switched that profiler off
     last_input_share: float | None = None                  # CPU accounting forward: input elements kernels loaded
-    last_record: Record | None = None                      # CPU accounting forward: its provenance (provenance.py)
+    last_record: Any = None                                # CPU accounting forward: its hostdata.Record
     prov_seen: set[str] = field(default_factory=set)       # digests of host-made data seen in the accounting calls
     prov_codes: set[str] = field(default_factory=set)      # digests of the kernels the accounting call launched
     compiled: bool = False
@@ -426,7 +426,7 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     if ev.get("torch_hidden_error"):  # the profiler beside the mode could not look: hidden work unknown
         job.hidden_work_error = str(ev["torch_hidden_error"])[:300]
     job.last_input_share = ev.get("input_share")
-    job.last_record = provenance_record(ev)
+    job.last_record = hostdata.provenance_record(ev)
     refused = [str(r)[:300] for r in list(ev.get("refused") or [])[:4]]
     if refused:  # the launch raised; a candidate that caught it and went on is refused all the same
         job.fail("compile", "Triton's compiler would refuse these kernels on a GPU, so the CPU interpreter does not "
@@ -496,23 +496,6 @@ def _trial(job: Job, t: int) -> bool:
     return ok
 
 
-def provenance_record(ev: dict[str, Any]) -> Record | None:
-    """The provenance record in a reply (provenance.py), or None; a malformed one (the reply is the candidate
-    process's) reads as a record that was tampered with."""
-    try:
-        return read_record(ev)
-    except ValueError:
-        return Record((), 0, unhooked=True)
-
-
-def provenance_from(record: Record | None, constant: set[str] = frozenset(), codes: set[str] = frozenset()) -> str | None:
-    """The verdict on a later record (audit A): its data against what the accounting calls saw, and its kernels
-    against the ones they ran."""
-    if record is None:
-        return None
-    return provenance_verdict(record, constant) or code_verdict(record, codes)
-
-
 def accounts(job: Job) -> bool:
     """Whether this evaluation runs the accounting call (its checks are enabled)."""
     return "torch_compute" in job.checks or "host_compute" in job.checks
@@ -529,7 +512,7 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
         job.evidence.torch_compute = torch_verdict(changed, job.last_torch_work, (job.info.get("work") or {}).get(
             "torch_work"), job.last_torch_hidden, job.hidden_tampered)
     share, read = job.last_kernel_share, job.last_input_share
-    found = None if job.evidence.torch_compute else _provenance_evidence(job)
+    found = None if job.evidence.torch_compute else hostdata.accounting_verdict(job)
     if found:
         job.evidence.host_compute = found
     elif share is not None and share < KERNEL_SHARE_MIN and not job.evidence.torch_compute:
@@ -544,44 +527,6 @@ def _account_evidence(job: Job, check: dict[str, Any] | None) -> None:
 # At least this share of the output's elements must be what the candidate's kernels stored, and of the input
 # elements what they loaded (directly or from a copy PyTorch's glue made; CPU accounting).
 KERNEL_SHARE_MIN = INPUT_SHARE_MIN = 0.5
-
-
-def _provenance_evidence(job: Job) -> str | None:
-    """The accounting call's provenance verdict. Data the host made that would flag it is looked at again on
-    other inputs (a second accounting call, `_other_inputs`): what is the same there (a constant table built per
-    call, a float constant) is not counted. The digests seen are kept for audit A's verdict."""
-    first = job.last_record
-    if first is None:
-        return None
-    job.prov_seen |= first.digests
-    job.prov_codes |= first.codes
-    if not first.events or provenance_verdict(first) is None:
-        return provenance_verdict(first)
-    second = _other_inputs(job)
-    if second is None:
-        return provenance_verdict(first)
-    job.prov_seen |= second.digests
-    return provenance_verdict(first, second.digests) or provenance_verdict(second, first.digests) or \
-        code_verdict(second, first.codes)
-
-
-def _other_inputs(job: Job) -> Record | None:
-    """One more accounting call on other inputs, for its provenance record only (None if it failed)."""
-    slot = tag = "acct2"
-    kept = (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record)
-    alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
-    if not alloc.get("ok"):
-        return None
-    trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": derive_seed(job.trial_seeds[0], "provenance"),
-                                  "dist": "native", "targets": alloc.get("descs")})
-    saved = (job.error_kind, job.error)
-    check = _run_once(job, slot, tag, POISON[0], trial.get("fill"), fill_blobs, account=True)
-    record = job.last_record if check is not None else None
-    job.error_kind, job.error = saved
-    (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record) = kept
-    ref(job, {"op": "drop", "trials": [slot], "kept": [tag]})
-    ask(job, {"op": "release", "tags": [tag], "slots": [slot]})
-    return record
 
 
 def account_pass(job: Job) -> None:

@@ -36,8 +36,8 @@ itself (`events`):
 The digest of unknown data covers every argument storage the loads fell in, whole; loads past every argument, and
 events past the cap, get digests nothing shares. The record also keeps a digest of each launched kernel's code and
 compile-time constants (`codes`): a kernel generated per call with the data baked in differs on other inputs
-(`code_verdict`).
-`provenance_verdict` counts the events whose data is not the same on other inputs (`job._provenance_evidence`
+(`hostdata.code_verdict`).
+`hostdata.provenance_verdict` counts the events whose data is not the same on other inputs (`hostdata.accounting_verdict`
 runs the accounting call again on other inputs when the first record would flag, and audit A compares with what
 both accounting calls saw, and across its own calls): a table or a float constant built per call is not host
 compute; data that changes with the inputs is, from one element and 1% of the output up.
@@ -66,8 +66,8 @@ import hashlib
 import os
 import time
 import types
-from dataclasses import dataclass
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -500,86 +500,6 @@ _LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_c
                              "maxnreg", "launch_cooperative_grid", "launch_pdl"})
 
 
-@dataclass(frozen=True)
-class Record:
-    """One record's provenance as the supervisor reads it from the worker's reply."""
-    events: tuple[tuple[str, int, str, int], ...]  # (hex digest of the data, elements, what, call) each
-    output_elements: int
-    unhooked: bool = False  # the hooks no longer held the record when the calls returned
-    overflow: bool = False  # the store record overflowed: the kernels' loads and stores are incomplete
-    codes: frozenset[str] = frozenset()  # digests of the kernels launched (code and compile-time constants)
-
-    @property
-    def digests(self) -> set[str]:
-        return {d for d, _, _, _ in self.events}
-
-    @property
-    def repeated(self) -> set[str]:
-        """Digests of data seen in two or more of the record's calls (each call has its own inputs)."""
-        calls: dict[str, set[int]] = {}
-        for d, _, _, c in self.events:
-            calls.setdefault(d, set()).add(c)
-        return {d for d, cs in calls.items() if len(cs - {-1}) >= 2}
-
-
-def code_verdict(record: Record, known: set[str]) -> str | None:
-    """`host_compute` evidence when a record launched kernels whose code or compile-time constants no earlier record
-    ran (`known`), or None: code generated per call with the data baked in.
-
-    >>> code_verdict(Record((), 8, codes=frozenset({"a"})), {"a"}) is None
-    True
-    >>> code_verdict(Record((), 8, codes=frozenset({"a", "b"})), {"a"})[:25]
-    'a kernel ran whose code o'
-    """
-    new = record.codes - set(known)
-    if not known or not new:
-        return None
-    return (f"a kernel ran whose code or compile-time constants differ from the ones run on other inputs ({len(new)} "
-            "new): data baked into a kernel generated per call")
-
-
-def provenance_verdict(record: Record, constant: set[str] = frozenset()) -> str | None:
-    """`host_compute` evidence from a record, or None. Data whose digest is in `constant` (the same data seen on
-    other inputs: a table built per call, a float constant), or that the record saw in two of its calls, is not
-    counted; the rest counts from one element and UNEXPLAINED_SHARE of the outputs' elements.
-
-    >>> r = Record((("a" * 32, 8, "kernel k loaded 8 elements ...", 0),), output_elements=8)
-    >>> provenance_verdict(r)[:22]
-    'the kernels read or re'
-    >>> provenance_verdict(r, constant={"a" * 32}) is None  # the same on other inputs
-    True
-    >>> provenance_verdict(Record((("b" * 32, 40, "...", 0),), output_elements=4096)) is None  # under 1% of 4096
-    True
-    """
-    if record.unhooked:
-        return "the provenance record was unhooked during the forward (the candidate reached the evaluator's objects)"
-    if record.overflow:
-        return ("the kernels' store record overflowed (over 1 GiB of loads and stores in one record): what they "
-                "did could not be checked")
-    same = set(constant) | record.repeated
-    left = [(n, what) for d, n, what, _ in record.events if d not in same]
-    total = sum(n for n, _ in left)
-    if not total or total < UNEXPLAINED_SHARE * record.output_elements:
-        return None
-    return (f"the kernels read or returned {total} elements that no PyTorch op and no kernel of the candidate's "
-            f"wrote, and that change with the inputs (computed on the host: NumPy, Python, ctypes): "
-            f"{'; '.join(dict.fromkeys(w for _, w in left))[:400]}")
-
-
-def read_record(reply: dict[str, Any]) -> Record | None:
-    """The `Record` in a worker reply (None when it sent none); fields of the wrong type raise ValueError (the
-    reply is the candidate process's)."""
-    if "unexplained" not in reply:
-        return None
-    try:
-        events = tuple((str(d), int(n), str(w), int(c)) for d, n, w, c in list(reply.get("prov_events") or [])[:MAX_EVENTS])
-        return Record(events, int(reply.get("output_elements") or 0), reply.get("provenance_unhooked") is not False,
-                      reply.get("record_overflow") is not False,
-                      frozenset(str(c) for c in list(reply.get("prov_codes") or [])[:MAX_EVENTS]))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"malformed provenance record: {exc}") from None
-
-
 class Observer(TorchDispatchMode):
     """Provenance alone (no poisoning, no work counted) for the aten ops inside a custom op's body, where
     accounting.PoisonMode is popped: a buffer the body allocates and its kernels then read is vouched for."""
@@ -613,3 +533,31 @@ def module_globals(model: Any) -> dict[str, Any]:
 
     module = sys.modules.get(type(model).__module__)
     return dict(vars(module)) if module is not None else {}
+
+
+@contextmanager
+def harness_writes(prov: Provenance | None, tensors: list[Any]) -> Iterator[None]:
+    """The harness writing the inputs while a record is on (audit A's fill): not the candidate's writes, and what
+    they leave is vouched for."""
+    if prov is None:
+        yield
+        return
+    prov.paused += 1
+    try:
+        yield
+    finally:
+        prov.paused -= 1
+        prov.vouch(tensors)
+
+
+def record_evidence(prov: Provenance | None, leaves: list[Any], unhooked: bool, calls: int = 1,
+                    overflow: bool = False) -> dict[str, Any]:
+    """A record's reply fields (hostdata.read_record reads them), its outputs checked last; a record the candidate
+    unhooked (`unhooked`: the hooks no longer held it when the calls returned) is evidence itself."""
+    if prov is None:
+        return {}
+    prov.check_output(leaves)
+    return {"unexplained": prov.unexplained, "prov_events": [[d.hex(), n, w, c] for d, n, w, c in prov.events],
+            "prov_codes": sorted(c.hex() for c in prov.codes),
+            "provenance_unhooked": unhooked, "calls": calls, "record_overflow": bool(overflow),
+            "output_elements": sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))}

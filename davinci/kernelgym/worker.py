@@ -45,8 +45,8 @@ import tempfile
 import time
 import traceback
 import types
-from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator
+from contextlib import nullcontext
+from typing import Any
 
 import torch
 
@@ -54,7 +54,7 @@ from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder, _extent
-from davinci.kernelgym.provenance import Provenance, module_globals
+from davinci.kernelgym.provenance import Provenance, harness_writes, module_globals, record_evidence
 from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
@@ -238,7 +238,7 @@ class Harness:
             evidence.update(self._accounting(mode, hidden, leaves, elements))
             unhooked = prov is not None and (mode.provenance is not prov or self.rec.provenance is not prov)
             self.rec.provenance = mode.provenance = None
-            evidence.update(self._provenance_evidence(prov, leaves, unhooked, 1, self.stores.overflow))
+            evidence.update(record_evidence(prov, leaves, unhooked, 1, self.stores.overflow))
         bad = _check_leaves(leaves, self.device)
         if bad:
             return {"ok": False, **bad, "evidence": evidence}, []
@@ -266,34 +266,6 @@ class Harness:
         prov.snapshot([slot, self.model, module_globals(self.model)])
         mode.provenance = self.rec.provenance = prov
         return prov
-
-    @contextmanager
-    def _harness_writes(self, tensors: list[Any]) -> Iterator[None]:
-        """The harness writing the inputs while a provenance record is on (audit A's fill): not the candidate's
-        writes, and what they leave is vouched for."""
-        prov = self.rec.provenance
-        if prov is None:
-            yield
-            return
-        prov.paused += 1
-        try:
-            yield
-        finally:
-            prov.paused -= 1
-            prov.vouch(tensors)
-
-    @staticmethod
-    def _provenance_evidence(prov: Provenance | None, leaves: list[Any], unhooked: bool, calls: int = 1,
-                             overflow: bool = False) -> dict[str, Any]:
-        """The forward's unexplained reads and writes (its outputs checked last), in elements; a record the
-        candidate unhooked (`unhooked`: the hooks no longer held it when the calls returned) is evidence itself."""
-        if prov is None:
-            return {}
-        prov.check_output(leaves)
-        return {"unexplained": prov.unexplained, "prov_events": [[d.hex(), n, w, c] for d, n, w, c in prov.events],
-                "prov_codes": sorted(c.hex() for c in prov.codes),
-                "provenance_unhooked": unhooked, "calls": calls, "record_overflow": bool(overflow),
-                "output_elements": sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))}
 
     def _accounting(self, mode: PoisonMode, hidden: HiddenWork, leaves: list[Any], elements: int) -> dict[str, Any]:
         """The accounting forward's evidence (accounting.py): PyTorch's work, seen by the mode or out of its
@@ -325,7 +297,7 @@ class Harness:
             return self._profiled(h, blobs)
         t0 = self._perf()
         sets = [self.slots[name] for name in h["sets"]]
-        with self.timer.harness(), self._harness_writes([x for slot in sets for x in slot]):
+        with self.timer.harness(), harness_writes(self.rec.provenance, [x for slot in sets for x in slot]):
             for slot, descs in zip(sets, h.get("fill") or []):  # the harness's own device work (a profiled round
                 self._fill(slot, descs, blobs)                  # leaves it out), its own writes (provenance)
         self._drop_kept("timed")  # normally released already; a round that failed midway may have left it
@@ -427,7 +399,7 @@ class Harness:
             reply["kernel_share"] = self.stores.kernel_share(timed, mode.copies)
             reply["kernel_share_raw"] = self.stores.kernel_share(timed)  # compared with the unwatched audit's
             reply["input_share_raw"] = self._input_share_raw([self.slots[name] for name in h["sets"]])
-            reply.update(self._provenance_evidence(prov, timed, unhooked, len(h.get("order") or ()) or 1,
+            reply.update(record_evidence(prov, timed, unhooked, len(h.get("order") or ()) or 1,
                                                    self.stores.overflow))
             reply["accounting_ms"] = float(reply.get("accounting_ms") or 0.0) + (prov.cost_s * 1e3 if prov else 0.0)
         self.stores.clear()

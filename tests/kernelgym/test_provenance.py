@@ -19,7 +19,8 @@ tl = pytest.importorskip("triton.language")
 
 from davinci.kernelgym import guards  # noqa: E402
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder  # noqa: E402
-from davinci.kernelgym.provenance import Provenance, Record, provenance_verdict  # noqa: E402
+from davinci.kernelgym.hostdata import Record, provenance_verdict  # noqa: E402
+from davinci.kernelgym.provenance import Provenance  # noqa: E402
 
 N = 64
 

@@ -1,0 +1,160 @@
+"""Host-made data in a provenance record, as the supervisor judges it (the record itself: provenance.py).
+
+The worker sends each record's events (a digest of the data, elements, what, which call) and the digests of the
+kernels it launched; `read_record` turns them into a typed `Record`, and a malformed one reads as tampered with.
+Data that is the same on other inputs is a constant (a table or a float built per call), so the accounting call
+that would flag is run once more on other inputs (`accounting_verdict`, `_other_inputs`) and only what changes
+counts; audit A (audit.py) is judged against what both accounting calls saw and against its own calls
+(`provenance_from`). What still counts flags from one element and UNEXPLAINED_SHARE of the output.
+
+    job.last_record = provenance_record(reply["evidence"])
+    job.evidence.host_compute = accounting_verdict(job)      # after the accounting call
+    provenance_from(provenance_record(audit_reply), job.prov_seen, job.prov_codes)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from davinci.kernelgym.provenance import MAX_EVENTS, UNEXPLAINED_SHARE
+
+if TYPE_CHECKING:
+    from davinci.kernelgym.job import Job
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record's provenance as the supervisor reads it from the worker's reply."""
+    events: tuple[tuple[str, int, str, int], ...]  # (hex digest of the data, elements, what, call) each
+    output_elements: int
+    unhooked: bool = False  # the hooks no longer held the record when the calls returned
+    overflow: bool = False  # the store record overflowed: the kernels' loads and stores are incomplete
+    codes: frozenset[str] = frozenset()  # digests of the kernels launched (code and compile-time constants)
+
+    @property
+    def digests(self) -> set[str]:
+        return {d for d, _, _, _ in self.events}
+
+    @property
+    def repeated(self) -> set[str]:
+        """Digests of data seen in two or more of the record's calls (each call has its own inputs)."""
+        calls: dict[str, set[int]] = {}
+        for d, _, _, c in self.events:
+            calls.setdefault(d, set()).add(c)
+        return {d for d, cs in calls.items() if len(cs - {-1}) >= 2}
+
+
+def code_verdict(record: Record, known: set[str]) -> str | None:
+    """`host_compute` evidence when a record launched kernels whose code or compile-time constants no earlier record
+    ran (`known`), or None: code generated per call with the data baked in.
+
+    >>> code_verdict(Record((), 8, codes=frozenset({"a"})), {"a"}) is None
+    True
+    >>> code_verdict(Record((), 8, codes=frozenset({"a", "b"})), {"a"})[:25]
+    'a kernel ran whose code o'
+    """
+    new = record.codes - set(known)
+    if not known or not new:
+        return None
+    return (f"a kernel ran whose code or compile-time constants differ from the ones run on other inputs ({len(new)} "
+            "new): data baked into a kernel generated per call")
+
+
+def provenance_verdict(record: Record, constant: set[str] = frozenset()) -> str | None:
+    """`host_compute` evidence from a record, or None. Data whose digest is in `constant` (the same data seen on
+    other inputs: a table built per call, a float constant), or that the record saw in two of its calls, is not
+    counted; the rest counts from one element and UNEXPLAINED_SHARE of the outputs' elements.
+
+    >>> r = Record((("a" * 32, 8, "kernel k loaded 8 elements ...", 0),), output_elements=8)
+    >>> provenance_verdict(r)[:22]
+    'the kernels read or re'
+    >>> provenance_verdict(r, constant={"a" * 32}) is None  # the same on other inputs
+    True
+    >>> provenance_verdict(Record((("b" * 32, 40, "...", 0),), output_elements=4096)) is None  # under 1% of 4096
+    True
+    """
+    if record.unhooked:
+        return "the provenance record was unhooked during the forward (the candidate reached the evaluator's objects)"
+    if record.overflow:
+        return ("the kernels' store record overflowed (over 1 GiB of loads and stores in one record): what they "
+                "did could not be checked")
+    same = set(constant) | record.repeated
+    left = [(n, what) for d, n, what, _ in record.events if d not in same]
+    total = sum(n for n, _ in left)
+    if not total or total < UNEXPLAINED_SHARE * record.output_elements:
+        return None
+    return (f"the kernels read or returned {total} elements that no PyTorch op and no kernel of the candidate's "
+            f"wrote, and that change with the inputs (computed on the host: NumPy, Python, ctypes): "
+            f"{'; '.join(dict.fromkeys(w for _, w in left))[:400]}")
+
+
+def read_record(reply: dict[str, Any]) -> Record | None:
+    """The `Record` in a worker reply (None when it sent none); fields of the wrong type raise ValueError (the
+    reply is the candidate process's)."""
+    if "unexplained" not in reply:
+        return None
+    try:
+        events = tuple((str(d), int(n), str(w), int(c)) for d, n, w, c in list(reply.get("prov_events") or [])[:MAX_EVENTS])
+        return Record(events, int(reply.get("output_elements") or 0), reply.get("provenance_unhooked") is not False,
+                      reply.get("record_overflow") is not False,
+                      frozenset(str(c) for c in list(reply.get("prov_codes") or [])[:MAX_EVENTS]))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"malformed provenance record: {exc}") from None
+
+
+def provenance_record(ev: dict[str, Any]) -> Record | None:
+    """The provenance record in a reply (provenance.py), or None; a malformed one (the reply is the candidate
+    process's) reads as a record that was tampered with."""
+    try:
+        return read_record(ev)
+    except ValueError:
+        return Record((), 0, unhooked=True)
+
+
+def provenance_from(record: Record | None, constant: set[str] = frozenset(), codes: set[str] = frozenset()) -> str | None:
+    """The verdict on a later record (audit A): its data against what the accounting calls saw, and its kernels
+    against the ones they ran."""
+    if record is None:
+        return None
+    return provenance_verdict(record, constant) or code_verdict(record, codes)
+
+
+def accounting_verdict(job: Job) -> str | None:
+    """The accounting call's provenance verdict. Data the host made that would flag it is looked at again on
+    other inputs (a second accounting call, `_other_inputs`): what is the same there (a constant table built per
+    call, a float constant) is not counted. The digests seen are kept for audit A's verdict."""
+    first = job.last_record
+    if first is None:
+        return None
+    job.prov_seen |= first.digests
+    job.prov_codes |= first.codes
+    if not first.events or provenance_verdict(first) is None:
+        return provenance_verdict(first)
+    second = _other_inputs(job)
+    if second is None:
+        return provenance_verdict(first)
+    job.prov_seen |= second.digests
+    return provenance_verdict(first, second.digests) or provenance_verdict(second, first.digests) or \
+        code_verdict(second, first.codes)
+
+
+def _other_inputs(job: Job) -> Record | None:
+    """One more accounting call on other inputs, for its provenance record only (None if it failed)."""
+    from davinci.kernelgym.job import POISON, _run_once, ask, derive_seed, ref  # job.py imports this module
+
+    slot = tag = "acct2"
+    kept = (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record)
+    alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
+    if not alloc.get("ok"):
+        return None
+    trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": derive_seed(job.trial_seeds[0], "provenance"),
+                                  "dist": "native", "targets": alloc.get("descs")})
+    saved = (job.error_kind, job.error)
+    check = _run_once(job, slot, tag, POISON[0], trial.get("fill"), fill_blobs, account=True)
+    record = job.last_record if check is not None else None
+    job.error_kind, job.error = saved
+    (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record) = kept
+    ref(job, {"op": "drop", "trials": [slot], "kept": [tag]})
+    ask(job, {"op": "release", "tags": [tag], "slots": [slot]})
+    return record
