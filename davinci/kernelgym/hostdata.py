@@ -131,7 +131,10 @@ def accounting_verdict(job: Job) -> str | None:
     job.prov_codes |= first.codes
     if not first.events or provenance_verdict(first) is None:
         return provenance_verdict(first)
-    second = _other_inputs(job)
+    second, answered = _other_inputs(job)
+    if not answered:  # a constant must be the same on inputs whose answer is checked: data replayed is not
+        return ("on other inputs the accounting call's answer was wrong: the data the host made for the first "
+                "call was not computed for these")
     if second is None:
         return provenance_verdict(first)
     job.prov_seen |= second.digests
@@ -139,22 +142,24 @@ def accounting_verdict(job: Job) -> str | None:
         code_verdict(second, first.codes)
 
 
-def _other_inputs(job: Job) -> Record | None:
-    """One more accounting call on other inputs, for its provenance record only (None if it failed)."""
+def _other_inputs(job: Job) -> tuple[Record | None, bool]:
+    """One more accounting call on other inputs: its provenance record (None if it sent none) and whether its
+    answer matched the reference (a forward that failed or answered wrong did not)."""
     from davinci.kernelgym.job import POISON, _run_once, ask, derive_seed, ref  # job.py imports this module
 
     slot = tag = "acct2"
     kept = (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record)
     alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
     if not alloc.get("ok"):
-        return None
+        return None, True
     trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": derive_seed(job.trial_seeds[0], "provenance"),
                                   "dist": "native", "targets": alloc.get("descs")})
     saved = (job.error_kind, job.error)
     check = _run_once(job, slot, tag, POISON[0], trial.get("fill"), fill_blobs, account=True)
     record = job.last_record if check is not None else None
+    answered = check is not None and bool(check["comparison"]["ok"])
     job.error_kind, job.error = saved
     (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record) = kept
     ref(job, {"op": "drop", "trials": [slot], "kept": [tag]})
     ask(job, {"op": "release", "tags": [tag], "slots": [slot]})
-    return record
+    return record, answered

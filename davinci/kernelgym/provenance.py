@@ -31,7 +31,8 @@ itself (`events`):
     (Python or NumPy run from inside the interpreted kernel; `frontend.py` refuses such kernels first);
   - each value read into Python (`item()`), each number a fill writes (`fill_`, `full`), and each float argument
     of a launch, inside tuples too and under any keyword that names a kernel parameter (in audit A, whose calls
-    each have their own inputs, each integer argument too: sizes and strides are the same in every call);
+    each have their own inputs, each integer argument too, and where each tensor argument points within its
+    storage: sizes, strides and offsets are the same in every call);
   - the returned output, checked the same way.
 The digest of unknown data covers every argument storage the loads fell in, whole; loads past every argument, and
 events past the cap, get digests nothing shares. The record also keeps a digest of each launched kernel's code and
@@ -299,6 +300,10 @@ class Provenance:
             for i, number in enumerate(_numbers([value], self.int_args)):
                 self._note(1, f"a number passed to kernel {name}", self._value_digest(f"{name}:{where}:{i}", number))
         tensors = tensors_in(list(args)) + tensors_in(dict(kwargs))
+        if self.int_args:  # where a pointer points is a number too: a view's offset can carry the data
+            for i, t in enumerate(tensors):
+                self._note(1, f"where argument {i} of kernel {name} points",
+                           self._value_digest(f"{name}:view{i}", (t.storage_offset(), tuple(t.shape), t.stride())))
         partly_unknown = {t.untyped_storage().data_ptr() for t in tensors  # count only where loaded (after_launch)
                           if self._check(t, f"an argument of kernel {name}", reads=False)}
         extents = {e[0]: (*e, t.untyped_storage()) for e, t in ((_storage(t), t) for t in tensors) if e is not None}
