@@ -200,6 +200,7 @@ class Provenance:
         modules, containers and object attributes; returns how many storages."""
         from collections import deque
 
+        t0 = time.perf_counter()
         seen: set[int] = set()
         queue = deque((r, 0) for r in roots)
         while queue and len(seen) < _WALK_LIMIT:
@@ -217,6 +218,7 @@ class Provenance:
                     self._vouch(*extent, keep=obj)
             else:
                 queue.extend((child, depth + 1) for child in _children(obj) if not isinstance(child, _LEAVES))
+        self.cost_s += time.perf_counter() - t0
         return len(self.known)
 
     # --- aten ops (accounting.PoisonMode, Observer) ---

@@ -224,7 +224,9 @@ class Harness:
             self.stores.stop()
             self.rec.provenance = None
             return {"ok": False, "error": _tb(exc)}, []
-        fwd_ms = (self._perf() - t0 - (self.rec.frontend_s - lowering0)) * 1e3
+        # the evaluator's own work inside the call (the front-end check, the provenance record) is not the forward's
+        own_s = (self.rec.frontend_s - lowering0) + (prov.cost_s if mode is not None and prov is not None else 0.0)
+        fwd_ms = (self._perf() - t0 - own_s) * 1e3
         launched, kernel_ms = self.rec.stop()
         self.rec.start()  # from here on the harness takes the outputs over: no kernel of the candidate's may run
         try:
