@@ -150,7 +150,6 @@ class Provenance:
         self.codes: set[bytes] = set()  # digests of the launched kernels' code and compile-time constants
         self.call = 0  # which forward call of the record (audit A times several, each on its own inputs)
         self.int_args = int_args  # integer launch arguments count too (in a record of several calls)
-        self.to_python = 0  # tensor values read into Python (`_local_scalar_dense`)
         self.paused = 0  # inside a launch (the interpreter's own aten ops) or the harness's input fill
         self.cost_s = 0.0  # the record's own time (audit.py takes it off the audit request's wall)
         self._pending: list[tuple[list[tuple[int, int, int, Any]], dict[int, Any], set[int], tuple[int, int],
@@ -250,7 +249,6 @@ class Provenance:
             return
         name = func.__name__.split(".")[0]
         if name == "_local_scalar_dense":  # a value read into Python: it leaves every record
-            self.to_python += 1
             self._note(1, "values read into Python (item())", self._value_digest("item", out))
             return
         if name in _METADATA_ONLY or torch.Tag.inplace_view in getattr(func, "tags", ()):
