@@ -58,6 +58,16 @@ def test_honest_candidate_is_correct_with_no_flags(gym, problem, candidate, name
     assert set(sources) == {"cand", *r.baselines} and all(s["host_ms"] > 0 for s in sources.values())
 
 
+def test_a_clock_swapped_during_the_forward_does_not_move_the_evaluators_figures(gym, problem, candidate):
+    """The attack (cheat_clock_swap_forward): time.perf_counter runs 10^4 times fast inside the forward and is put
+    back before it returns. The evaluator's own time inside the call, read through that name, would be taken off
+    the forward's clock 10^4 times too large and leave no coverage figure at all."""
+    p = problem("relu")
+    r = gym.evaluate(p, candidate("cheat_clock_swap_forward", p), seed=1)
+    assert r.kernel_coverage is not None and r.kernel_coverage > 0.5, r.details
+    assert "patched_functions" not in r.flags  # put back in time: only the clocks' capture defends
+
+
 @pytest.mark.parametrize("name", sorted(CHEATS))
 def test_cheat_is_caught(gym, problem, candidate, name):
     prob, kinds, flags = CHEATS[name]
