@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from davinci.kernelgym import feedback as fb
 from davinci.kernelgym import perf
+from davinci.kernelgym.audit import unwatched_drop
 from davinci.kernelgym.backend import detect_backend
 from davinci.kernelgym.baselines import DiskCache, cache_key
 from davinci.kernelgym.checks.runtime import runtime_backend
@@ -291,13 +292,17 @@ def _accounting(job: Job) -> None:
 
 def _timing(job: Job) -> None:
     """perf.timing; a candidate whose correctness held but whose timing ran out of time stays correct, with
-    its timing marked incomplete (`details.timing_incomplete`), never a timeout verdict."""
+    its timing marked incomplete (`details.timing_incomplete`), never a timeout verdict. If it ran out before the
+    audit rounds, no time is reported (`assemble`): a candidate must not dodge them by hanging in a late round."""
     try:
         perf.timing(job)
     except CandidateFailure as f:
         if f.kind != "timeout":
             raise
         job.timing_incomplete = f.message
+    finally:  # the scored requests' kernel share against the accounting call's: needs no audit round to have run
+        job.evidence.watched = job.evidence.watched or unwatched_drop(job.acct_share_raw,
+                                                                      job.evidence.scored_kernel_share)
 
 
 def _evidence(job: Job):
@@ -425,9 +430,10 @@ def _safe_timing(ev: Evaluator, job: Job, notes: list[str]) -> dict[str, Any]:
 def assemble(ev: Evaluator, job: Job, wall_s: float) -> EvalResult:
     notes: list[str] = [f"advice ({f.check}): {f.reason}" for f in job.advice]
     if job.timing_incomplete:
-        notes.append(f"note: timing ran out before it finished ({job.timing_incomplete}); the speedup is from the "
-                     "rounds that completed, if any")
-    timing = _safe_timing(ev, job, notes)
+        notes.append(f"note: timing ran out before it finished ({job.timing_incomplete}); " + (
+            "the speedup is from the rounds that completed" if job.audited else "it ran out before the audit rounds "
+            "(audit.py), so no time is reported: a speedup stands only on rounds that were audited"))
+    timing = _safe_timing(ev, job, notes) if job.audited or not job.timing_incomplete else {}
     flags: dict[str, str] = {}
     for f in job.static + runtime_findings(job.checks, _evidence(job)):
         flags.setdefault(f.check, f.reason)

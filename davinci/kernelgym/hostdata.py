@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from davinci.kernelgym.provenance import MAX_EVENTS, UNEXPLAINED_SHARE
+from davinci.kernelgym.provenance import MAX_EVENTS, MAX_OPS, UNEXPLAINED_SHARE
 
 if TYPE_CHECKING:
     from davinci.kernelgym.job import Job
+
+_OPS_READ = 32 * MAX_OPS  # op entries read from a reply at most (MAX_OPS per call)
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Record:
     unhooked: bool = False  # the hooks no longer held the record when the calls returned
     overflow: bool = False  # the store record overflowed: the kernels' loads and stores are incomplete
     codes: frozenset[str] = frozenset()  # digests of the kernels launched (code and compile-time constants)
+    # (op, digest of its numbers and argument views, elements it returned, call) each: audit A only (provenance.py)
+    ops: tuple[tuple[str, str, int, int], ...] = ()
 
     @property
     def digests(self) -> set[str]:
@@ -43,6 +47,28 @@ class Record:
         for d, _, _, c in self.events:
             calls.setdefault(d, set()).add(c)
         return {d for d, cs in calls.items() if len(cs - {-1}) >= 2}
+
+
+def op_events(record: Record) -> list[tuple[int, str]]:
+    """(elements, what) for each op whose numbers or argument views changed with the inputs: an entry no other call
+    of the record repeats, of an op that ran in another call too. What Python decided from the data (split sizes,
+    which pieces a `cat` joins) passes host-made data through glue ops alone; an op run in one call only (a cache
+    filled once) is not counted.
+
+    >>> sizes = lambda c, d: ("split_with_sizes", d, 8, c)
+    >>> op_events(Record((), 8, ops=(sizes(0, "a"), sizes(1, "a"), ("view", "v", 8, 0), ("view", "v", 8, 1))))
+    []
+    >>> [n for n, _ in op_events(Record((), 8, ops=(sizes(0, "a"), sizes(1, "b"), ("zeros", "z", 4, 0))))]
+    [8, 8]
+    """
+    digest_calls: dict[tuple[str, str], set[int]] = {}
+    name_calls: dict[str, set[int]] = {}
+    for name, d, _, c in record.ops:
+        digest_calls.setdefault((name, d), set()).add(c)
+        name_calls.setdefault(name, set()).add(c)
+    return [(n, f"the numbers or argument views of {name} changed with the inputs (Python decided them from the "
+                "data)") for name, d, n, c in record.ops
+            if len(digest_calls[(name, d)]) < 2 and len(name_calls[name]) >= 2 and n]
 
 
 def code_verdict(record: Record, known: set[str]) -> str | None:
@@ -67,8 +93,8 @@ def provenance_verdict(record: Record, constant: set[str] = frozenset()) -> str 
     counted; the rest counts from one element and UNEXPLAINED_SHARE of the outputs' elements.
 
     >>> r = Record((("a" * 32, 8, "kernel k loaded 8 elements ...", 0),), output_elements=8)
-    >>> provenance_verdict(r)[:22]
-    'the kernels read or re'
+    >>> provenance_verdict(r)[:32]
+    '8 elements came from the host, n'
     >>> provenance_verdict(r, constant={"a" * 32}) is None  # the same on other inputs
     True
     >>> provenance_verdict(Record((("b" * 32, 40, "...", 0),), output_elements=4096)) is None  # under 1% of 4096
@@ -80,13 +106,12 @@ def provenance_verdict(record: Record, constant: set[str] = frozenset()) -> str 
         return ("the kernels' store record overflowed (over 1 GiB of loads and stores in one record): what they "
                 "did could not be checked")
     same = set(constant) | record.repeated
-    left = [(n, what) for d, n, what, _ in record.events if d not in same]
+    left = [(n, what) for d, n, what, _ in record.events if d not in same] + op_events(record)
     total = sum(n for n, _ in left)
     if not total or total < UNEXPLAINED_SHARE * record.output_elements:
         return None
-    return (f"the kernels read or returned {total} elements that no PyTorch op and no kernel of the candidate's "
-            f"wrote, and that change with the inputs (computed on the host: NumPy, Python, ctypes): "
-            f"{'; '.join(dict.fromkeys(w for _, w in left))[:400]}")
+    return (f"{total} elements came from the host, not from PyTorch's ops or the candidate's kernels, and change "
+            f"with the inputs (NumPy, Python, ctypes): {'; '.join(dict.fromkeys(w for _, w in left))[:400]}")
 
 
 def read_record(reply: dict[str, Any]) -> Record | None:
@@ -98,7 +123,8 @@ def read_record(reply: dict[str, Any]) -> Record | None:
         events = tuple((str(d), int(n), str(w), int(c)) for d, n, w, c in list(reply.get("prov_events") or [])[:MAX_EVENTS])
         return Record(events, int(reply.get("output_elements") or 0), reply.get("provenance_unhooked") is not False,
                       reply.get("record_overflow") is not False,
-                      frozenset(str(c) for c in list(reply.get("prov_codes") or [])[:MAX_EVENTS]))
+                      frozenset(str(c) for c in list(reply.get("prov_codes") or [])[:MAX_EVENTS]),
+                      tuple((str(o), str(d), int(n), int(c)) for o, d, n, c in list(reply.get("prov_ops") or [])[:_OPS_READ]))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"malformed provenance record: {exc}") from None
 
@@ -148,7 +174,8 @@ def _other_inputs(job: Job) -> tuple[Record | None, bool]:
     from davinci.kernelgym.job import POISON, _run_once, ask, derive_seed, ref  # job.py imports this module
 
     slot = tag = "acct2"
-    kept = (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record)
+    kept = (job.last_kernel_share, job.acct_share_raw, job.last_input_share, job.last_torch_work, job.last_torch_hidden,
+            job.last_record)
     alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
     if not alloc.get("ok"):
         return None, True
@@ -159,7 +186,8 @@ def _other_inputs(job: Job) -> tuple[Record | None, bool]:
     record = job.last_record if check is not None else None
     answered = check is not None and bool(check["comparison"]["ok"])
     job.error_kind, job.error = saved
-    (job.last_kernel_share, job.last_input_share, job.last_torch_work, job.last_torch_hidden, job.last_record) = kept
+    (job.last_kernel_share, job.acct_share_raw, job.last_input_share, job.last_torch_work, job.last_torch_hidden,
+     job.last_record) = kept
     ref(job, {"op": "drop", "trials": [slot], "kept": [tag]})
     ask(job, {"op": "release", "tags": [tag], "slots": [slot]})
     return record, answered

@@ -92,6 +92,8 @@ class Job:
     advice: list[Finding] = field(default_factory=list)   # static findings shown as feedback, never flags
     timing_incomplete: str = ""                            # timing ran out after correctness held
     last_kernel_share: float | None = None                 # CPU accounting forward: output elements kernels stored
+    acct_share_raw: float | None = None                    # ... glue copies not credited (as scored requests report it)
+    audited: bool = False                                  # the audit rounds ran after the scored ones (audit.py)
     last_torch_work: float | None = None                   # accounting forward: work of PyTorch's compute ops
     last_torch_hidden: list[str] | None = None             # accounting forward: ops out of the mode's sight
     hidden_work_error: str = ""                            # why the profiler beside the mode saw nothing
@@ -420,6 +422,8 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     ev = reply.get("evidence") or {}
     job.runs_ms.append([round((time.monotonic() - t0) * 1e3, 2), round(float(ev.get("forward_ms", 0.0)), 2), int(account)])
     job.last_kernel_share = ev.get("kernel_share")
+    if account:  # kept for the scored rounds' comparison (evaluator._timing); other runs report none
+        job.acct_share_raw = ev.get("kernel_share_raw")
     job.last_torch_work = ev.get("torch_work")
     job.last_torch_hidden, tampered = hidden_evidence(ev)
     job.hidden_tampered = job.hidden_tampered or tampered

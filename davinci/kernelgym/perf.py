@@ -351,6 +351,7 @@ def timing(job: Job) -> None:
             # after every scored round: timed requests with the evidence on (audit.py; the profiled one last,
             # CUPTI stays attached)
             audit_rounds(job, sets, rng, acc, canary_limit(job), profile=job.defer_profile and wants_profile(job))
+            job.audited = True
     finally:
         job.evidence.timing_rounds = rnd
         job.perf = {"samples": acc["samples"], "walls": acc["walls"], "rounds": rnd, "rotation": r,

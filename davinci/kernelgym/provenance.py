@@ -80,6 +80,7 @@ UNEXPLAINED_SHARE = 0.01
 _WALK_LIMIT = 50000  # objects visited by the snapshot walk at most (numbers and strings are not visited)
 _WALK_DEPTH = 6
 MAX_EVENTS = 512  # unexplained reads recorded one by one (each with its content's digest) at most
+MAX_OPS = 512  # distinct (op, numbers and views) entries per call at most (`Provenance._op_shape`)
 
 
 class _Extent:
@@ -151,6 +152,11 @@ class Provenance:
         self.codes: set[bytes] = set()  # digests of the launched kernels' code and compile-time constants
         self.call = 0  # which forward call of the record (audit A times several, each on its own inputs)
         self.int_args = int_args  # integer launch arguments count too (in a record of several calls)
+        # with int_args: each op's numbers and argument views, per call (`_op_shape`): {(call, name, digest): elements}
+        self.ops: dict[tuple[int, str, bytes], int] = {}
+        self._op_count: dict[int, int] = {}  # distinct entries per call
+        self._rest: dict[tuple[int, str], bytes] = {}  # per call and op past MAX_OPS: the chained digest
+        self.calling = False  # inside one of the candidate's calls (not the harness's hand-over of its outputs)
         self.paused = 0  # inside a launch (the interpreter's own aten ops) or the harness's input fill
         self.cost_s = 0.0  # the record's own time (audit.py takes it off the audit request's wall)
         self._pending: list[tuple[list[tuple[int, int, int, Any]], dict[int, Any], set[int], tuple[int, int],
@@ -246,9 +252,13 @@ class Provenance:
         nor ops that change only metadata (`resize_`, `set_`, in-place views): they write no values. What an
         allocation hands out is overwritten with all-ones bytes first (NaN, -1): memory freed by NumPy may hold
         the answer, and no honest kernel reads what it did not write."""
-        if self.paused or getattr(func, "is_view", False) or func.namespace not in _NATIVE:
+        if self.paused or func.namespace not in _NATIVE:
             return
         name = func.__name__.split(".")[0]
+        if self.int_args and self.calling and name != "_local_scalar_dense":
+            self._op_shape(name, args, kwargs, out)
+        if getattr(func, "is_view", False):
+            return
         if name == "_local_scalar_dense":  # a value read into Python: it leaves every record
             self._note(1, "values read into Python (item())", self._value_digest("item", out))
             return
@@ -267,6 +277,26 @@ class Provenance:
                 ctypes.memset(extent[0], 0xFF, extent[1])
             self._vouch(*extent, keep=t.untyped_storage())
             self._revouch(extent[0], extent[0] + extent[1])
+        self.cost_s += _clock() - t0
+
+    def _op_shape(self, name: str, args: Any, kwargs: Any, out: Any) -> None:
+        """In a record of several calls (audit A): what Python decided about an op, views and glue included: its
+        numbers (split sizes, indices, shapes) and where each tensor argument points (offset, shape, strides: which
+        pieces a `cat` joins). Honest code decides the same on every input of one shape; an op whose decision
+        changes with the inputs passes host-made data through glue alone (hostdata.op_events)."""
+        t0 = _clock()
+        numbers = _numbers([a for a in [*args, *(kwargs or {}).values()] if not isinstance(a, torch.Tensor)])
+        views = [(t.storage_offset(), tuple(t.shape), t.stride()) for t in tensors_in(list(args))]
+        elements = sum(int(t.numel()) for t in tensors_in(out))
+        key = (self.call, name, self._value_digest(f"op:{name}", (numbers, views)))
+        if key not in self.ops and self._op_count.get(self.call, 0) >= MAX_OPS:  # past the cap: chained in order
+            prev = self._rest.get(key[:2], b"")
+            elements += self.ops.pop((*key[:2], prev), 0)
+            key = (*key[:2], self._value_digest("rest", (prev, key[2])))
+            self._rest[key[:2]] = key[2]
+        elif key not in self.ops:
+            self._op_count[self.call] = self._op_count.get(self.call, 0) + 1
+        self.ops[key] = self.ops.get(key, 0) + elements
         self.cost_s += _clock() - t0
 
     def _check(self, t: torch.Tensor, what: str, reads: bool = True) -> int:
@@ -565,5 +595,6 @@ def record_evidence(prov: Provenance | None, leaves: list[Any], unhooked: bool, 
     prov.check_output(leaves)
     return {"unexplained": prov.unexplained, "prov_events": [[d.hex(), n, w, c] for d, n, w, c in prov.events],
             "prov_codes": sorted(c.hex() for c in prov.codes),
+            "prov_ops": [[name, d.hex(), n, c] for (c, name, d), n in prov.ops.items()],
             "provenance_unhooked": unhooked, "calls": calls, "record_overflow": bool(overflow),
             "output_elements": sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))}

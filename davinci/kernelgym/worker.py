@@ -275,6 +275,7 @@ class Harness:
         evidence = {"torch_ops": mode.poisoned[:32], "torch_work": mode.work + hidden.work, **hidden.evidence()}
         if self.stores.installed:
             evidence["kernel_share"] = self.stores.kernel_share(leaves, mode.copies)
+            evidence["kernel_share_raw"] = self.stores.kernel_share(leaves)  # as every scored request reports it
             evidence["input_share"] = self.stores.input_share(mode.derived, elements)
             self.stores.clear()
         return evidence
@@ -348,13 +349,15 @@ class Harness:
         rec = self.rec
 
         def call(*args: Any) -> Any:
-            n0 = rec.total
-            if rec.provenance is not None:  # audit A: which call each unexplained read belongs to
-                rec.provenance.call += 1
+            n0, prov = rec.total, rec.provenance
+            if prov is not None:  # audit A: which call each unexplained read and each op belongs to
+                prov.call, prov.calling = prov.call + 1, True
             try:
                 return model(*args)
             finally:
                 launches.append(rec.total - n0)
+                if prov is not None:
+                    prov.calling = False
         return call, launches
 
     def _hand_over(self, outs: list[Any]) -> dict[str, Any]:

@@ -68,6 +68,45 @@ def test_a_clock_swapped_during_the_forward_does_not_move_the_evaluators_figures
     assert "patched_functions" not in r.flags  # put back in time: only the clocks' capture defends
 
 
+_STALLS_WHEN_TIMED = """
+import time
+import torch, torch.nn as nn, triton, triton.language as tl
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n  # the last block runs past the end of the tensor
+    tl.store(out_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0), mask=mask)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.accounted, self.after = False, 0
+
+    def forward(self, x):
+        self.accounted = self.accounted or _get_current_dispatch_mode() is not None
+        self.after += self.accounted
+        if self.after == 12:  # in the timed rounds, after the accounting call: longer than the run may take
+            time.sleep(60)
+        out = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+"""
+
+
+def test_an_honest_kernel_whose_timing_runs_out_is_correct_and_reports_no_unaudited_time(gym, problem):
+    """Correct with the timing marked incomplete, never a timeout verdict; the rounds before the stall had no
+    audit round after them, so no time is reported (a candidate must not dodge the audits by stalling)."""
+    from davinci.types import Candidate
+
+    p = problem("relu")
+    r = gym.evaluate(p, Candidate(problem_id=p.id, code=_STALLS_WHEN_TIMED, backend="triton"), seed=1)
+    assert (r.correct, r.flags, r.error_kind) == (True, (), None), r.feedback
+    assert r.details["timing_incomplete"] and r.runtime is None and r.speedup is None
+    assert "no time is reported" in r.feedback
+
+
 @pytest.mark.parametrize("name", sorted(CHEATS))
 def test_cheat_is_caught(gym, problem, candidate, name):
     prob, kinds, flags = CHEATS[name]

@@ -182,8 +182,7 @@ def test_the_verdict_counts_host_made_data_unless_other_inputs_gave_the_same():
     assert provenance_verdict(record(("b" * 32, 40, "x", 0))) is None           # 40 < 1% of 4096 (40.96)
     assert provenance_verdict(record(("b" * 32, 41, "x", 0))) is not None
     assert provenance_verdict(record(table, out=8), constant={"c" * 32}) is None  # the same on other inputs
-    assert provenance_verdict(record(table, varying, out=8), constant={"c" * 32}).startswith("the kernels read or "
-                                                                                            "returned 8 elements")
+    assert provenance_verdict(record(table, varying, out=8), constant={"c" * 32}).startswith("8 elements came")
     assert "unhooked" in provenance_verdict(record(unhooked=True))
     assert "overflowed" in provenance_verdict(record(overflow=True))
 
@@ -217,7 +216,7 @@ def test_data_seen_in_two_calls_of_one_record_is_a_constant_and_data_of_one_call
     sums = [(f"{c}" * 32, 1, "a sum", c) for c in (1, 2, 3)]    # a different host-made value in each call
     assert provenance_verdict(Record(tuple(sizes), output_elements=24)) is None
     assert provenance_verdict(Record(tuple(sizes + sums), output_elements=24)).startswith(
-        "the kernels read or returned 3 elements")
+        "3 elements came from the host")
     twice_in_one_call = (("t" * 32, 8, "x", 1), ("t" * 32, 8, "x", 1))
     assert provenance_verdict(Record(twice_in_one_call, output_elements=8)) is not None
 
@@ -236,3 +235,64 @@ def test_a_kernel_built_per_call_has_a_new_code_digest_and_a_reused_one_does_not
     baked = [_code_digest(build(v), (None,), {"BLOCK": N}, key) for v in (1.5, 2.5)]
     other_block = _code_digest(_relu, (None, None, N), {"BLOCK": 2 * N}, key)
     assert same[0] == same[1] and baked[0] != baked[1] and other_block != same[0]
+
+
+def _glue_record(forward: Any, hooks: Any, inputs: list[torch.Tensor]) -> Record:
+    """Audit A's record of `forward` over `inputs`, one call each (each call on its own inputs)."""
+    from davinci.kernelgym.hostdata import read_record
+    from davinci.kernelgym.provenance import record_evidence
+
+    rec, stores = hooks
+    prov, mode = Provenance(stores, int_args=True), PoisonMode(launches=rec.count)
+    prov.snapshot([inputs])
+    mode.provenance = rec.provenance = prov
+    outs = []
+    stores.start()
+    try:
+        with mode:
+            for x in inputs:
+                prov.call, prov.calling = prov.call + 1, True
+                outs.append(forward(x))
+                prov.calling = False
+    finally:
+        stores.stop()
+        rec.provenance = None
+    return read_record(record_evidence(prov, outs, False, len(inputs)))
+
+
+def _sign_runs(x: torch.Tensor) -> torch.Tensor:
+    """relu from glue alone: Python splits x at its sign changes (NumPy) and `cat`s each run or zeros."""
+    pos = x.numpy() > 0
+    bounds = [0, *(np.flatnonzero(pos[1:] != pos[:-1]) + 1).tolist(), x.numel()]
+    runs = torch.split(x, [b - a for a, b in zip(bounds, bounds[1:])])
+    return torch.cat([r if pos[a] else torch.zeros(r.numel()) for r, a in zip(runs, bounds)])
+
+
+def test_glue_whose_numbers_change_with_the_inputs_counts_and_fixed_glue_does_not(hooks):
+    from davinci.kernelgym.hostdata import op_events
+
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(N, generator=gen) for _ in range(3)]
+
+    def fixed(x: torch.Tensor) -> torch.Tensor:  # the same split sizes and views on every input
+        out = torch.empty_like(x)
+        halves = torch.split(x, N // 2)
+        _relu[(1,)](torch.cat([halves[1], halves[0]]).view(N), out, N, BLOCK=N)
+        return out
+
+    assert _glue_record(fixed, hooks, inputs).ops and op_events(_glue_record(fixed, hooks, inputs)) == []
+    events = op_events(_glue_record(_sign_runs, hooks, inputs))
+    # each call's split (N elements out) and cat (N elements) are its own; zeros of a size no other call made too
+    by_op: dict[str, int] = {}
+    for n, what in events:
+        by_op[what.split(" of ")[1].split(" ")[0]] = by_op.get(what.split(" of ")[1].split(" ")[0], 0) + n
+    assert by_op["split_with_sizes"] == 3 * N and by_op["cat"] == 3 * N
+    assert provenance_verdict(_glue_record(_sign_runs, hooks, inputs)) is not None
+
+
+def test_an_op_run_in_one_call_only_is_setup_not_host_data():
+    from davinci.kernelgym.hostdata import op_events
+
+    ops = (("view", "a", 64, 1), ("view", "a", 64, 2), ("zeros", "z", 64, 1))  # a cache filled in call 1
+    assert op_events(Record((), 128, ops=ops)) == []
+    assert [n for n, _ in op_events(Record((), 128, ops=(*ops, ("view", "b", 64, 3))))] == [64]
