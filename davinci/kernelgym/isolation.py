@@ -33,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pwd
+import signal
 import struct
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442
-PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
+PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, PR_SET_PDEATHSIG = 38, 24, 1
 CAP_SYS_ADMIN = 21
 
 # The layers a GPU profile's `require_isolation` insists on; a CPU-only or unprivileged box may lack some.
@@ -234,6 +235,9 @@ def confine(paths: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any]:
     user = str(paths.get("user") or "")
     applied["user"] = _switch_user(user, writable, errors) if user and not applied.get("userns") else False
     applied["no_caps"] = _drop_capabilities()
+    # a change of user clears the parent-death signal (prctl(2)): without it again a candidate outlives a killed
+    # supervisor (its waiter dies with the zygote, the candidate ran on: test_a_killed_supervisor_leaves_no_...)
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     applied["no_new_privs"] = _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
     applied["landlock"] = landlock([*writable, *_device_files(), Path("/tmp"), Path("/dev/shm")], errors)
     applied["seccomp"] = install_filter(os.getpid(), restrict_pids=not applied.get("pidns"), errors=errors)

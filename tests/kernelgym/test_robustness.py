@@ -135,3 +135,66 @@ def test_a_forward_that_raises_before_its_kernel_is_not_flagged(quick, problem, 
     r = quick.evaluate(p, candidate("fail_triton_name_error", p), seed=0)
     assert r.error_kind == "runtime" and r.flags == (), (r.flags, r.feedback)
     assert "relu_kernel" in r.feedback
+
+
+_SUPERVISOR = """
+import sys, tempfile
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from conftest import cpu_config, load_candidate, load_problem
+from davinci.kernelgym import Evaluator
+ev = Evaluator(cpu_config(Path(tempfile.mkdtemp()), run_timeout_s=120.0, measure_performance=False))
+p = load_problem("relu")
+ev.evaluate(p, load_candidate("fail_hang_forward", p))
+"""
+
+
+def _lane_processes(supervisor: int) -> list[psutil.Process]:
+    """The live processes the supervisor started (workers and candidates carry its pid in their options)."""
+    tag, out = f'"parent_pid": {supervisor}', []
+    for proc in psutil.process_iter():
+        try:
+            if tag in " ".join(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _hanging(supervisor: int) -> bool:
+    """A candidate's process is busy in its forward: a process forked from the zygote (its command line, below
+    another one of the supervisor's) on a CPU."""
+    procs = _lane_processes(supervisor)
+    pids = {p.pid for p in procs}
+    try:
+        return any(p.ppid() in pids and "zygote" in " ".join(p.cmdline()) and p.cpu_percent(0.5) > 50 for p in procs)
+    except psutil.Error:
+        return False
+
+
+def test_a_killed_supervisor_leaves_no_candidate_running():
+    """The supervisor SIGKILLed while its candidate hangs in forward: every process it started goes with it, the
+    candidate too (run as another user, the switch clears its parent-death signal: it is set again)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    sup = subprocess.Popen([sys.executable, "-c", _SUPERVISOR.format(tests=str(Path(__file__).parent))],
+                           env={**os.environ, "TRITON_INTERPRET": "1"})
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not _hanging(sup.pid):
+            time.sleep(0.5)
+        started = _lane_processes(sup.pid)
+    finally:
+        os.kill(sup.pid, signal.SIGKILL)
+        sup.wait()
+    deadline = time.monotonic() + 15
+    while _lane_processes(sup.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = _lane_processes(sup.pid)
+    for proc in left:
+        proc.kill()
+    assert len(started) >= 3 and not left, [(p.pid, p.username(), p.status()) for p in left]
