@@ -33,7 +33,7 @@ class Record:
     unhooked: bool = False  # the hooks no longer held the record when the calls returned
     overflow: bool = False  # the store record overflowed: the kernels' loads and stores are incomplete
     codes: frozenset[str] = frozenset()  # digests of the kernels launched (code and compile-time constants)
-    # (op, digest of its numbers and argument views, elements it returned, call) each: audit A only (provenance.py)
+    # (op, digest of its numbers, argument views and times run, weight, call) each: audit A only (provenance.py)
     ops: tuple[tuple[str, str, int, int], ...] = ()
 
     @property

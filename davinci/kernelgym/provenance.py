@@ -74,7 +74,7 @@ from typing import Any, Iterable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-MIN_ELEMENTS = 2  # storages smaller than this (Python scalars wrapped as tensors) are not checked
+MIN_ELEMENTS = 1  # a one-element storage counts too (a wrapped Python scalar: a number from Python, as a fill's)
 # host_compute once the unexplained data that changes with the inputs reaches this share of the output's elements
 UNEXPLAINED_SHARE = 0.01
 _WALK_LIMIT = 50000  # objects visited by the snapshot walk at most (numbers and strings are not visited)
@@ -152,11 +152,15 @@ class Provenance:
         self.codes: set[bytes] = set()  # digests of the launched kernels' code and compile-time constants
         self.call = 0  # which forward call of the record (audit A times several, each on its own inputs)
         self.int_args = int_args  # integer launch arguments count too (in a record of several calls)
-        # with int_args: each op's numbers and argument views, per call (`_op_shape`): {(call, name, digest): elements}
-        self.ops: dict[tuple[int, str, bytes], int] = {}
+        # with int_args: each op's numbers and argument views, per call (`_op_shape`): {(call, name, digest): (weight,
+        # times run)}
+        self.ops: dict[tuple[int, str, bytes], tuple[int, int]] = {}
         self._op_count: dict[int, int] = {}  # distinct entries per call
         self._rest: dict[tuple[int, str], bytes] = {}  # per call and op past MAX_OPS: the chained digest
         self.calling = False  # inside one of the candidate's calls (not the harness's hand-over of its outputs)
+        self._roots: dict[int, int] = {}  # storage address -> its place in the snapshot (state from before the calls)
+        self._inputs: dict[int, int] = {}  # storage address -> which argument of the current call
+        self._fresh: dict[int, int] = {}  # storage address -> order first seen in the current call
         self.paused = 0  # inside a launch (the interpreter's own aten ops) or the harness's input fill
         self.cost_s = 0.0  # the record's own time (audit.py takes it off the audit request's wall)
         self._pending: list[tuple[list[tuple[int, int, int, Any]], dict[int, Any], set[int], tuple[int, int],
@@ -218,6 +222,7 @@ class Provenance:
                 extent = _storage(obj)
                 if extent is not None:
                     self._vouch(*extent, keep=obj.untyped_storage())
+                    self._roots.setdefault(extent[0], len(self._roots))
             elif _is_ndarray(obj):
                 extent = _array(obj)
                 if extent is not None:
@@ -279,24 +284,50 @@ class Provenance:
             self._revouch(extent[0], extent[0] + extent[1])
         self.cost_s += _clock() - t0
 
+    def begin_call(self, args: Any) -> None:
+        """One of the candidate's calls starts (the harness's call wrapper): its inputs are `args`."""
+        self.call, self.calling, self._fresh = self.call + 1, True, {}
+        self._inputs = {}
+        for i, t in enumerate(tensors_in(list(args))):
+            extent = _storage(t)
+            if extent is not None:
+                self._inputs.setdefault(extent[0], i)
+
+    def _origin(self, t: torch.Tensor) -> tuple[str, int]:
+        """Where `t`'s storage comes from, named the same way in every call of honest code: this call's input k,
+        state from before the calls (its place in the snapshot), or the n-th storage first seen in this call."""
+        extent = _storage(t)
+        if extent is None:
+            return ("device", 0)
+        start = extent[0]
+        if start in self._inputs:
+            return ("input", self._inputs[start])
+        if start in self._fresh or start not in self._roots:
+            return ("new", self._fresh.setdefault(start, len(self._fresh)))
+        return ("state", self._roots[start])
+
     def _op_shape(self, name: str, args: Any, kwargs: Any, out: Any) -> None:
         """In a record of several calls (audit A): what Python decided about an op, views and glue included: its
-        numbers (split sizes, indices, shapes) and where each tensor argument points (offset, shape, strides: which
-        pieces a `cat` joins). Honest code decides the same on every input of one shape; an op whose decision
-        changes with the inputs passes host-made data through glue alone (hostdata.op_events)."""
+        numbers (split sizes, indices, shapes) and where each tensor argument points (its storage's origin, offset,
+        shape, strides: which pieces a `cat` joins, from which storage, `out=` too) and how often it ran so in the
+        call. Honest code decides the same on every input of one shape; an op whose decision changes with the inputs
+        passes host-made data through glue alone (hostdata.op_events). Each entry weighs what Python decided: one
+        element per number and per tensor argument."""
         t0 = _clock()
         numbers = _numbers([a for a in [*args, *(kwargs or {}).values()] if not isinstance(a, torch.Tensor)])
-        views = [(t.storage_offset(), tuple(t.shape), t.stride()) for t in tensors_in(list(args))]
-        elements = sum(int(t.numel()) for t in tensors_in(out))
+        tensors = tensors_in(list(args)) + tensors_in(dict(sorted((kwargs or {}).items())))
+        views = [(self._origin(t), t.storage_offset(), tuple(t.shape), t.stride()) for t in tensors]
+        weight = max(1, len(numbers) + len(views))
         key = (self.call, name, self._value_digest(f"op:{name}", (numbers, views)))
         if key not in self.ops and self._op_count.get(self.call, 0) >= MAX_OPS:  # past the cap: chained in order
             prev = self._rest.get(key[:2], b"")
-            elements += self.ops.pop((*key[:2], prev), 0)
+            weight += self.ops.pop((*key[:2], prev), (0, 0))[0]
             key = (*key[:2], self._value_digest("rest", (prev, key[2])))
             self._rest[key[:2]] = key[2]
         elif key not in self.ops:
             self._op_count[self.call] = self._op_count.get(self.call, 0) + 1
-        self.ops[key] = self.ops.get(key, 0) + elements
+        held, count = self.ops.get(key, (0, 0))
+        self.ops[key] = (held + weight, count + 1)
         self.cost_s += _clock() - t0
 
     def _check(self, t: torch.Tensor, what: str, reads: bool = True) -> int:
@@ -333,8 +364,11 @@ class Provenance:
         tensors = tensors_in(list(args)) + tensors_in(dict(kwargs))
         if self.int_args:  # where a pointer points is a number too: a view's offset can carry the data
             for i, t in enumerate(tensors):
-                self._note(1, f"where argument {i} of kernel {name} points",
-                           self._value_digest(f"{name}:view{i}", (t.storage_offset(), tuple(t.shape), t.stride())))
+                self._note(1, f"where argument {i} of kernel {name} points", self._value_digest(
+                    f"{name}:view{i}", (self._origin(t), t.storage_offset(), tuple(t.shape), t.stride())))
+        for where, value in named:  # a pointer that is no tensor: where it points is not known to the record
+            if hasattr(value, "data_ptr") and not isinstance(value, torch.Tensor):
+                self._note(1, f"argument {where} of kernel {name} is a pointer but not a tensor", os.urandom(16))
         partly_unknown = {t.untyped_storage().data_ptr() for t in tensors  # count only where loaded (after_launch)
                           if self._check(t, f"an argument of kernel {name}", reads=False)}
         extents = {e[0]: (*e, t.untyped_storage()) for e, t in ((_storage(t), t) for t in tensors) if e is not None}
@@ -595,6 +629,6 @@ def record_evidence(prov: Provenance | None, leaves: list[Any], unhooked: bool, 
     prov.check_output(leaves)
     return {"unexplained": prov.unexplained, "prov_events": [[d.hex(), n, w, c] for d, n, w, c in prov.events],
             "prov_codes": sorted(c.hex() for c in prov.codes),
-            "prov_ops": [[name, d.hex(), n, c] for (c, name, d), n in prov.ops.items()],
+            "prov_ops": [[name, prov._value_digest("times", (d, k)).hex(), n, c] for (c, name, d), (n, k) in prov.ops.items()],
             "provenance_unhooked": unhooked, "calls": calls, "record_overflow": bool(overflow),
             "output_elements": sum(int(t.numel()) for t in leaves if isinstance(t, torch.Tensor))}

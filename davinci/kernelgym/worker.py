@@ -351,7 +351,7 @@ class Harness:
         def call(*args: Any) -> Any:
             n0, prov = rec.total, rec.provenance
             if prov is not None:  # audit A: which call each unexplained read and each op belongs to
-                prov.call, prov.calling = prov.call + 1, True
+                prov.begin_call(args)
             try:
                 return model(*args)
             finally:
