@@ -51,24 +51,22 @@ class Record:
 
 def op_events(record: Record) -> list[tuple[int, str]]:
     """(elements, what) for each op whose numbers or argument views changed with the inputs: an entry no other call
-    of the record repeats, of an op that ran in another call too. What Python decided from the data (split sizes,
-    which pieces a `cat` joins) passes host-made data through glue ops alone; an op run in one call only (a cache
-    filled once) is not counted.
+    of the record repeats. What Python decided from the data (split sizes, which pieces a `cat` joins) passes
+    host-made data through glue ops alone. An op run in one call only counts too: audit A comes after the
+    correctness and accounting calls, so honest state (a cache, a workspace) is built already, and a candidate
+    that runs other ops on alternate calls carries data in each set (cheats_v2/c2_fb_rt4_parity_rotation_rowsum).
 
     >>> sizes = lambda c, d: ("split_with_sizes", d, 8, c)
     >>> op_events(Record((), 8, ops=(sizes(0, "a"), sizes(1, "a"), ("view", "v", 8, 0), ("view", "v", 8, 1))))
     []
     >>> [n for n, _ in op_events(Record((), 8, ops=(sizes(0, "a"), sizes(1, "b"), ("zeros", "z", 4, 0))))]
-    [8, 8]
+    [8, 8, 4]
     """
     digest_calls: dict[tuple[str, str], set[int]] = {}
-    name_calls: dict[str, set[int]] = {}
     for name, d, _, c in record.ops:
         digest_calls.setdefault((name, d), set()).add(c)
-        name_calls.setdefault(name, set()).add(c)
     return [(n, f"the numbers or argument views of {name} changed with the inputs (Python decided them from the "
-                "data)") for name, d, n, c in record.ops
-            if len(digest_calls[(name, d)]) < 2 and len(name_calls[name]) >= 2 and n]
+                "data)") for name, d, n, c in record.ops if len(digest_calls[(name, d)]) < 2 and n]
 
 
 def code_verdict(record: Record, known: set[str]) -> str | None:

@@ -294,9 +294,12 @@ def test_glue_whose_numbers_change_with_the_inputs_counts_and_fixed_glue_does_no
     assert provenance_verdict(_glue_record(_sign_runs, hooks, inputs)) is not None
 
 
-def test_an_op_run_in_one_call_only_is_setup_not_host_data():
+def test_an_op_run_in_one_call_only_counts():
+    """Audit A comes after the correctness and accounting calls: honest state is built by then, and op names that
+    alternate between calls carry data in each set (cheats_v2/c2_fb_rt4_parity_rotation_rowsum)."""
     from davinci.kernelgym.hostdata import op_events
 
-    ops = (("view", "a", 64, 1), ("view", "a", 64, 2), ("zeros", "z", 64, 1))  # a cache filled in call 1
+    ops = (("view", "a", 2, 1), ("view", "a", 2, 2))
     assert op_events(Record((), 128, ops=ops)) == []
-    assert [n for n, _ in op_events(Record((), 128, ops=(*ops, ("view", "b", 64, 3))))] == [64]
+    odd_even = (*ops, ("slice", "s", 3, 1), ("select", "t", 3, 2))
+    assert [n for n, _ in op_events(Record((), 128, ops=odd_even))] == [3, 3]
