@@ -11,6 +11,7 @@ $OUT/kernelgym_trust_<device>.{json,txt}.
 
     PYTHONPATH=. python benchmarks/gpu/kernelgym_trust_gpu.py                  # GPU, ~5 min
     PYTHONPATH=. python benchmarks/gpu/kernelgym_trust_gpu.py --device cpu --presets strict
+    PYTHONPATH=. python benchmarks/gpu/kernelgym_trust_gpu.py --presets runtime --kinds honest
 """
 
 from __future__ import annotations
@@ -85,11 +86,11 @@ def _leaks(cache: Path) -> list[str]:
 NICE0, AFFINITY0 = None, None
 
 
-def run(device: str, presets: list[str]) -> list[dict]:
+def run(device: str, presets: list[str], kinds: set[str]) -> list[dict]:
     rows = []
     for preset in presets:
         with Evaluator(config(device, checks=preset, workers=1)) as ev:
-            items = corpus(ev.device == "cuda")
+            items = [item for item in corpus(ev.device == "cuda") if item[0] in kinds]
             ev.ensure_lanes(1)
             log(f"{preset}: sandbox layers {ev.layers}; transport {ev.lanes[0].transport} {ev.lanes[0].transport_note}")
             for kind, name, p, c in items:
@@ -123,12 +124,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--presets", default="strict,runtime")
+    ap.add_argument("--kinds", default="cheat,open,honest", help="which of cheat, open, honest to run")
     args = ap.parse_args()
     import os
 
     global NICE0, AFFINITY0
     NICE0, AFFINITY0 = os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
-    rows = run(args.device, args.presets.split(","))
+    rows = run(args.device, args.presets.split(","), set(args.kinds.split(",")))
     text = table([[r["preset"], r["kind"], r["name"], "ok" if r["ok"] else "FAIL", r["correct"], ",".join(r["flags"]),
                    r["error_kind"], r["speedup"]] for r in rows],
                  ["preset", "kind", "name", "verdict", "correct", "flags", "error_kind", "speedup"])

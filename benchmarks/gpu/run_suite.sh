@@ -5,7 +5,8 @@
 #   OUT=/tmp/out benchmarks/gpu/run_suite.sh hacks!:240 bench:200 datacheck:110
 #   (a `!` after the name: stop the suite when that job fails)
 #
-# Jobs (name:seconds): hacks (strict), hacksall, trust (trustrt, truststrict: one preset), benchnew, benchprod (runtime checks + profiled forward),
+# Jobs (name:seconds): hacks (strict), hacksall, trust (trustrt, truststrict: one preset; trusthonestrt: the honest
+# corpus under runtime), replaycheck (the launch replay on real GPU kernels), benchnew, benchprod (runtime checks + profiled forward),
 # benchold (the tree in .gpu/old, side by side),
 # memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS; learnmain and learnflip: its
 # RL arm and its flipped control as two processes, e.g. on two GPUs sharing $LEARNING_WORK), llmgpu, bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
@@ -47,6 +48,8 @@ job_cmd() {
     trust)      echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py" ;;
     trustrt)    echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py --presets runtime" ;;
     truststrict) echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py --presets strict" ;;
+    trusthonestrt) echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py --presets runtime --kinds honest" ;;
+    replaycheck) echo "python3 benchmarks/gpu/replay_check.py" ;;
     evolution)  echo "python3 benchmarks/gpu/evolution_gpu.py ${EVOLUTION_ARGS:-}" ;;
     lineage)    echo "python3 benchmarks/gpu/lineage_gpu.py ${LINEAGE_ARGS:-}" ;;
     cluster)    echo "python3 benchmarks/kernelgym_cluster_bench.py --device cuda --out $2/kernelgym_cluster_bench.txt ${CLUSTER_ARGS:-}" ;;

@@ -14,10 +14,10 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
              see it is watched (`watched_behaviour`);
     audit B  (GPU) the calls under torch.profiler: every kernel and copy of timed calls, for the coverage and
              decoy checks (CUPTI stays attached afterwards, so this is the last request timed at all);
-    audit U  (CPU, before A) a request with nothing switched on that torch can report (no dispatch mode, no
-             profiler) and the kernels' stores recorded. The share of the timed outputs the kernels stored
-             (glue copies not credited: tracking them needs the mode) must not fall below half of what it is in
-             audit A: a candidate that runs its kernels only when a mode or the profiler is on, and PyTorch
+    audit U  (before A) a request with nothing switched on that torch can report (no dispatch mode, no
+             profiler) and, on the CPU, the kernels' stores recorded. The share of the timed outputs the
+             kernels stored (glue copies not credited: tracking them needs the mode) must not fall below half of
+             what it is in audit A: a candidate that runs its kernels only when a mode or the profiler is on, and PyTorch
              plus a token launch otherwise, stores ~100% of its output in A and ~0% here
              (`watched_behaviour`; attack: cheats_v2/c2_fb_watch_token_switch). Every scored CPU request
              records the stores and loads too and reports both shares (the lowest of them and U's are compared;
@@ -25,6 +25,10 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
              but loads none of the input), so a candidate that finds the store record in its own process and runs
              honestly only while it records (cheats_v2/c2_fb_watch_recorder_flag) runs honestly in every scored
              request, and one that runs honestly only under a dispatch mode shows in either share.
+             On a GPU, U is a request no different from a scored one; after U and after A the supervisor has
+             their Triton launches run again (replay.py): the share of the output they rewrite and the share
+             that changes with the inputs must not fall in U below half of what they are in A (the token
+             launch and a copy kernel of PyTorch's answer: `watched_behaviour`).
 
     audit_rounds(job, sets, rng, acc, canary_limit_ms)
 """
@@ -40,6 +44,7 @@ from davinci.kernelgym.accounting import torch_verdict
 from davinci.kernelgym.hostdata import provenance_from, provenance_record
 from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, ref
 
+Shares = dict[str, float | None]  # by SHARE_WORDS name
 AUDIT_SEED = 1 << 21
 # An audit request this many times the scored rounds' median wall (plus WATCHED_SLACK_MS) is a candidate that
 # behaves differently when watched. Honest code pays the dispatch mode's microseconds per op and, on the CPU,
@@ -47,9 +52,11 @@ AUDIT_SEED = 1 << 21
 WATCHED_RATIO, WATCHED_SLACK_MS = 10.0, 5.0
 
 
-def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float | None,
+def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float | None, replay: bool = False,
              **flags: Any) -> tuple[dict[str, Any], list, float, dict[str, Any]]:
-    """One audit request on fresh native inputs; (reply, blobs, wall ms, spot comparison or {})."""
+    """One audit request on fresh native inputs; (reply, blobs, wall ms, spot comparison or {}). With `replay`
+    the request's Triton launches are then run again (replay.py: `reply["replay"]`, asked for only after the
+    reply, so the candidate's calls cannot tell this request from a scored one by it)."""
     r = len(sets)
     order, spot = rng.sample(range(r), r), rng.randrange(r)
     host = job.lane.transport == "host"
@@ -66,17 +73,45 @@ def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float
         check, _ = ref(job, {"op": "check_spot", "outputs": outputs[order.index(spot)],
                              "seed": job.timing_seed + AUDIT_SEED + n}, blobs)
         comparison = check["comparison"]
+        if replay:
+            reply["replay"], _ = ask(job, {"op": "replay", "seed": rng.randrange(1 << 30)})
     ask(job, {"op": "release", "tags": ["timed"]})
     return reply, blobs, wall, comparison
 
 
-def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | None) -> tuple[float | None, float | None]:
-    """Audit U: the kernels' shares of the timed outputs (stored) and inputs (loaded) with nothing torch can report
-    switched on (None when there is no store record: the GPU, or a request that failed)."""
-    reply, _, _, comparison = _request(job, sets, rng, 2, limit, stores=True)
+def replaying(job: Job) -> bool:
+    """Whether audit U and audit A are followed by a launch replay (`GymConfig.launch_replay`)."""
+    return job.cfg.launch_replay == "always" or (job.cfg.launch_replay == "gpu" and job.lane.cuda)
+
+
+def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | None,
+               acc: dict[str, Any]) -> Shares:
+    """Audit U: on the CPU the kernels' shares of the timed outputs (stored) and inputs (loaded) with nothing
+    torch can report switched on, each the lowest with the scored requests'; with a replay, its shares of a
+    request no different from a scored one (rewritten, input-dependent). None where there is no figure."""
+    cuda = job.lane.cuda
+    reply, _, _, comparison = _request(job, sets, rng, 2, limit, replaying(job), **({} if cuda else {"stores": True}))
     if reply.get("ok") and comparison and not comparison["ok"]:
         job.evidence.timed_mismatch = job.evidence.timed_mismatch or comparison["reason"]
-    return _raw_share(reply), _raw_share(reply, "input_share_raw")
+    shares = _shares(reply, cuda, failed=0.0)
+    for key, scored in (("stored", "scored_shares"), ("loaded", "scored_reads")):
+        if key in shares:
+            shares[key] = _lowest(shares[key], *acc.get(scored, []))
+    return shares
+
+
+def _shares(reply: dict[str, Any], cuda: bool, failed: float | None = None) -> Shares:
+    """The shares a request's reply holds, by SHARE_WORDS name: stored and loaded from the CPU's store record,
+    rewrote and depends from the replay (replay.py). A replay that failed counts `failed` (0 for the unwatched
+    request: its kernels could not be run again, so none of the output is theirs to credit; no figure for
+    audit A)."""
+    shares: Shares = {} if cuda else {"stored": _raw_share(reply), "loaded": _raw_share(reply, "input_share_raw")}
+    replayed = reply.get("replay")
+    if isinstance(replayed, dict):
+        ok = bool(replayed.get("ok"))
+        shares["rewrote"] = _raw_share(replayed, "rewrote_share") if ok else failed
+        shares["depends"] = _raw_share(replayed, "depends_share") if ok else failed
+    return shares
 
 
 def _raw_share(reply: dict[str, Any], key: str = "kernel_share_raw") -> float | None:
@@ -90,23 +125,32 @@ def _lowest(*shares: float | None) -> float | None:
     return min((s for s in shares if s is not None), default=None)
 
 
+SHARE_WORDS = {"rewrote": "its kernels, run again after the call, rewrote {}% of the output",
+               "depends": "{}% of the output its kernels wrote again changed with the inputs",
+               "stored": "its kernels stored {}% of the output",
+               "loaded": "its kernels loaded {}% of the input elements"}
+
+
 def unwatched_drop(watched: float | None, unwatched: float | None, what: str = "stored") -> str | None:
     """The verdict of audit U against audit A: the kernels' share falls below half of the watched one (which is
-    at least half: a candidate whose outputs are mostly glue copies has nothing to compare)."""
+    at least half: a candidate whose outputs are mostly glue copies has nothing to compare). `what` names the
+    share (SHARE_WORDS)."""
     if watched is None or unwatched is None or watched < 0.5 or unwatched >= 0.5 * watched:
         return None
-    part = "of the output" if what == "stored" else "of the input elements"
-    return (f"in a timed request with no accounting visible to the candidate its kernels {what} {100 * unwatched:.0f}% "
-            f"{part}, against {100 * watched:.0f}% with the accounting on: the candidate computes another way "
+    seen = SHARE_WORDS[what].format(f"{100 * unwatched:.0f}")
+    return (f"in a timed request with no accounting visible to the candidate {seen}, "
+            f"against {100 * watched:.0f}% with the accounting on: the candidate computes another way "
             "when it cannot see it is watched")
 
 
 def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None,
-              unwatched: tuple[float | None, float | None] = (None, None)) -> None:
+              unwatched: Shares | None = None) -> None:
     ev = job.evidence
-    reply, _, wall, comparison = _request(job, sets, rng, 0, limit, audit=True)
-    ev.watched = ev.watched or unwatched_drop(_raw_share(reply), unwatched[0]) or \
-        unwatched_drop(_raw_share(reply, "input_share_raw"), unwatched[1], "loaded")
+    reply, _, wall, comparison = _request(job, sets, rng, 0, limit, replaying(job), audit=True)
+    watched = _shares(reply, job.lane.cuda)
+    for what in SHARE_WORDS:  # the replay's first where there is one
+        if unwatched and what in unwatched:
+            ev.watched = ev.watched or unwatched_drop(watched.get(what), unwatched[what], what)
     if not reply.get("ok") or not comparison:
         ev.torch_compute = ev.torch_compute or "a timed call failed once PyTorch's own results were poisoned"
     else:
@@ -144,12 +188,10 @@ def _profiled(job: Job, sets: list[str], rng: random.Random) -> None:
 
 def audit_rounds(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any], limit: float | None,
                  profile: bool) -> None:
-    """(CPU) audit U, audit A, then (GPU, `profile`) audit B; see the module docstring."""
+    """Audit U, audit A, then (GPU, `profile`) audit B; see the module docstring."""
     if "torch_compute" in job.checks or "host_compute" in job.checks:
-        unwatched: tuple[float | None, float | None] = (None, None)
-        if not job.lane.cuda and "watched_behaviour" in job.checks:  # the lowest shares of U and the scored rounds
-            stored, loaded = _unwatched(job, sets, rng, limit)
-            unwatched = (_lowest(stored, *acc.get("scored_shares", [])), _lowest(loaded, *acc.get("scored_reads", [])))
+        wanted = "watched_behaviour" in job.checks and (not job.lane.cuda or replaying(job))
+        unwatched = _unwatched(job, sets, rng, limit, acc) if wanted else None
         _poisoned(job, sets, rng, acc, limit, unwatched)
     if profile and job.lane.cuda:
         _profiled(job, sets, rng)

@@ -103,6 +103,12 @@ class GymConfig:
     # Flag (`low_coverage`) a candidate whose own kernels carry less than this share of the forward's time
     # (GPU: profiled device time incl. copies; CPU: the forward's wall time). KernelGYM's threshold.
     min_kernel_coverage: float = 0.3
+    # Run the Triton launches of an unwatched timed request and of audit A again once each has returned, and
+    # compare what they write and how it depends on the inputs (replay.py, audit.py): "always"; "gpu" (GPU lanes
+    # only: there it is the one record a candidate cannot dodge by asking torch whether a profiler or dispatch
+    # mode is on; CPU lanes keep their store record, which misses a copy kernel that also loads the input);
+    # "off" (neither: the token switch gets through on a GPU).
+    launch_replay: Literal["always", "gpu", "off"] = "always"
 
     # --- sandbox ---
     # "auto": CUDA IPC on the GPU (fallback to host copies if a probe fails), host copies on the CPU.

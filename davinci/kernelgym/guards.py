@@ -10,7 +10,8 @@ Everything here is captured *before* the candidate is imported and re-checked af
 - `thread_counts()`: Python threads and native threads (/proc/self/task) around calls.
 - `LaunchRecorder`: which Triton kernels were launched during a call (JITFunction.run and, on the CPU,
   the interpreter's InterpretedFunction.run, plus `triton.knobs.runtime.launch_enter_hook` on the GPU),
-  and on the CPU how long they ran (the time-coverage proxy).
+  and on the CPU how long they ran (the time-coverage proxy); during each timed call, what each launch
+  through those entries was given, so that it can be run again after the call (replay.py).
 - `poison_cached_blocks(device, byte)`: fill every free block of the CUDA caching allocator with `byte`
   (0xFF is NaN for every float type), so an output that reads stale memory shows garbage.
 """
@@ -238,6 +239,9 @@ class LaunchRecorder:
         self.refused: list[str] = []  # interpreted kernels Triton's GPU front end refused (frontend.py)
         self.frontend_s = 0.0  # time spent lowering them (the evaluator's, taken off the forward's clock)
         self._frontend: dict = {}
+        # the launches of the timed call under way (worker._counting sets a list): (entry, kernel, args, kwargs)
+        # with the entry bound before the candidate was imported, for the launch replay (replay.py)
+        self.capture: list | None = None
 
     def count(self) -> int:
         return self.total
@@ -255,6 +259,8 @@ class LaunchRecorder:
 
         def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
             rec.total += 1
+            if rec.capture is not None and not kwargs.get("warmup"):
+                rec.capture.append((original, fn_self, args, kwargs))
             if interpreted and not kwargs.get("warmup"):
                 rec._front_end(fn_self, args, kwargs)
             prov = rec.provenance

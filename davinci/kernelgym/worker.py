@@ -13,6 +13,8 @@ installs the Triton launch recorder; the key stays inside an `hmac` object. Then
             request with PyTorch's results poisoned and the CPU profiler on, or under the GPU profiler; audit.py)
     warm    warm-up calls on inputs of their own (outside every timed request)
     release poison and drop kept outputs and slots
+    replay  run the last timed request's captured Triton launches again: what they write, and how it depends on
+            the inputs (replay.py; audit.py compares audit A with an unwatched request)
     profile one forward under torch.profiler (GPU): device time per kernel name
     integrity  identities, global flags and threads now vs. before the import
     bye     exit (os._exit: no atexit hooks, no buffered output)
@@ -55,6 +57,7 @@ from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder, _extent
 from davinci.kernelgym.provenance import Provenance, harness_writes, module_globals, record_evidence
+from davinci.kernelgym.replay import Replay
 from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
@@ -131,6 +134,7 @@ class Harness:
         self.init_args = transport.decode(job.get("init", []), blobs, "cpu")
         self.slots: dict[str, list[Any]] = {}
         self.kept: dict[str, list[Any]] = {}
+        self.replay, self.replayable = Replay(), ([], [])  # the last timed request's launches and inputs
         self.exports = transport.Exports()  # CUDA IPC exports, released with their slot or kept output
         self.model: Any = None
         self.threads0 = guards.thread_counts()
@@ -309,7 +313,7 @@ class Harness:
             idle = self.timer.wait_idle(h.get("canary_limit_ms"))
         if not self.warmed:
             self._warm(sets[0], int(h.get("warmup", 2)))
-        call, launches = self._counting(self.model)  # the same call the reference worker times for the baselines
+        call, launches, captured = self._counting(self.model)  # the call the reference worker times for the baselines
         before = guards.thread_counts()
         after: list[float] = []
         # CPU: every scored request records the kernels' stores (audit.py), so the record being on tells the
@@ -328,6 +332,7 @@ class Harness:
         if "bad" in handed:
             return {"ok": False, **handed["bad"]}, []
         leaves = handed["leaves"]
+        self.replayable = (captured, [sets[j] for j in h["order"]])  # until the outputs are released (op_replay)
         shares = {}
         if record:
             shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves]),
@@ -342,23 +347,29 @@ class Harness:
                 "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
                               "outputs": (self._perf() - t3) * 1e3}}, handed["blobs"]
 
-    def _counting(self, model: Any) -> tuple[Any, list[int]]:
+    def _counting(self, model: Any) -> tuple[Any, list[int], list[list]]:
         """`model` wrapped to count each timed call's Triton launches (the launch record's running total, read
-        before and after), and the list they land in. The twin runs the same wrapper: both sides pay for it."""
+        before and after) and to capture them for a replay (replay.py), and the lists they land in. Every timed
+        call captures alike, so a call cannot tell whether a replay follows. The twin runs the same wrapper:
+        both sides pay for it."""
         launches: list[int] = []
+        captured: list[list] = []
         rec = self.rec
 
         def call(*args: Any) -> Any:
             n0, prov = rec.total, rec.provenance
             if prov is not None:  # audit A: which call each unexplained read and each op belongs to
                 prov.begin_call(args)
+            rec.capture = []
             try:
                 return model(*args)
             finally:
                 launches.append(rec.total - n0)
+                captured.append(rec.capture or [])
+                rec.capture = None
                 if prov is not None:
                     prov.calling = False
-        return call, launches
+        return call, launches, captured
 
     def _hand_over(self, outs: list[Any]) -> dict[str, Any]:
         """Every timed call's output, checked and encoded in this same request (the supervisor's clock covers
@@ -466,6 +477,8 @@ class Harness:
         return {"ok": True}, []
 
     def _drop_kept(self, tag: str) -> None:
+        if tag == "timed":
+            self.replayable = ([], [])
         kept = self.kept.pop(tag, None) or []
         for leaf in flatten_outputs(kept):
             # Destroy released results so nothing can hand the same memory back as a fresh answer.
@@ -488,6 +501,14 @@ class Harness:
             if h.get("slots") and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (1 << 30):
                 torch.cuda.empty_cache()
         return {"ok": True}, []
+
+    def op_replay(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """The last timed request's captured launches run again (replay.py): the share of each call's output
+        they rewrite and the share that changes with the inputs, for the supervisor's comparison (audit.py)."""
+        captured, inputs = self.replayable
+        with self.timer.harness():
+            shares = self.replay.shares(captured, self.kept.get("timed") or [], inputs, int(h.get("seed", 0)))
+        return {"ok": True, **shares}, []
 
     def op_profile(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         from torch.profiler import ProfilerActivity, profile
@@ -555,12 +576,12 @@ def entry_points() -> tuple:
     handlers and their helpers, the timer, the launch and store recorders, the channel): taken before the
     candidate is imported (`child_main`) and keyed by the class objects themselves, so rebinding a module's
     name to a look-alike class hides nothing."""
-    classes = (Harness, DeviceTimer, guards.LaunchRecorder, StoreRecorder, Channel)
+    classes = (Harness, DeviceTimer, guards.LaunchRecorder, StoreRecorder, Channel, Replay)
     return tuple((f"{cls.__name__}.{name}", cls, fn, fn.__code__) for cls in classes
                  for name, fn in list(vars(cls).items()) if isinstance(fn, types.FunctionType))
 
 
-REQUESTS = ("alloc", "run", "time", "warm", "release", "profile", "integrity")
+REQUESTS = ("alloc", "run", "time", "warm", "release", "replay", "profile", "integrity")
 
 # the CPU range around the harness's own device work in a profiled round (worker._profiled)
 HARNESS_RANGE = "kernelgym::harness"
