@@ -52,9 +52,10 @@ def corpus(cuda: bool) -> list[tuple[str, str, Problem, Candidate]]:
     """(kind, name, problem, candidate) for every cheat and honest program that runs on this device."""
     from data_prep.builtin import builtin_problems
 
-    # a cheat caught on the CPU only says "Open on: cuda": on a GPU it is counted with the open gaps
+    # a cheat caught on the CPU only says "Open on: cuda": on a GPU it is counted with the open gaps; one that
+    # cheats on the CPU only ("Cheat on: cpu": on a GPU it runs an honest kernel) is not run there
     items = [("open" if cuda and "Open on: cuda" in f.read_text() else "cheat", f.stem, *_named(f))
-             for f in sorted((FIX / "cheats_v2").glob("c2_*.py"))]
+             for f in sorted((FIX / "cheats_v2").glob("c2_*.py")) if not (cuda and "Cheat on: cpu" in f.read_text())]
     if cuda:
         items += [("cheat", f.stem, *_named(f)) for f in sorted((FIX / "cheats_v2" / "gpu").glob("*.py"))]
     # known gaps (red team of 2026-11-26, third session; cheats_open/README.md): judged like cheats, counted apart
@@ -86,11 +87,12 @@ def _leaks(cache: Path) -> list[str]:
 NICE0, AFFINITY0 = None, None
 
 
-def run(device: str, presets: list[str], kinds: set[str]) -> list[dict]:
+def run(device: str, presets: list[str], kinds: set[str], only: str = "", run_timeout_s: float = 0.0) -> list[dict]:
     rows = []
+    extra = {"run_timeout_s": run_timeout_s} if run_timeout_s > 0 else {}
     for preset in presets:
-        with Evaluator(config(device, checks=preset, workers=1)) as ev:
-            items = [item for item in corpus(ev.device == "cuda") if item[0] in kinds]
+        with Evaluator(config(device, checks=preset, workers=1, **extra)) as ev:
+            items = [item for item in corpus(ev.device == "cuda") if item[0] in kinds and re.search(only, item[1])]
             ev.ensure_lanes(1)
             log(f"{preset}: sandbox layers {ev.layers}; transport {ev.lanes[0].transport} {ev.lanes[0].transport_note}")
             for kind, name, p, c in items:
@@ -125,12 +127,15 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--presets", default="strict,runtime")
     ap.add_argument("--kinds", default="cheat,open,honest", help="which of cheat, open, honest to run")
+    ap.add_argument("--only", default="", help="a regular expression the names run must match")
+    ap.add_argument("--run-timeout-s", type=float, default=0.0,
+                    help="gym.run_timeout_s (0: the default); a cheat that stalls a timed round waits this long")
     args = ap.parse_args()
     import os
 
     global NICE0, AFFINITY0
     NICE0, AFFINITY0 = os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
-    rows = run(args.device, args.presets.split(","), set(args.kinds.split(",")))
+    rows = run(args.device, args.presets.split(","), set(args.kinds.split(",")), args.only, args.run_timeout_s)
     text = table([[r["preset"], r["kind"], r["name"], "ok" if r["ok"] else "FAIL", r["correct"], ",".join(r["flags"]),
                    r["error_kind"], r["speedup"]] for r in rows],
                  ["preset", "kind", "name", "verdict", "correct", "flags", "error_kind", "speedup"])

@@ -6,7 +6,7 @@
 #   (a `!` after the name: stop the suite when that job fails)
 #
 # Jobs (name:seconds): hacks (strict), hacksall, trust (trustrt, truststrict: one preset; trusthonestrt: the honest
-# corpus under runtime), replaycheck (the launch replay on real GPU kernels), benchnew, benchprod (runtime checks + profiled forward),
+# corpus under runtime; trustq: $TRUST_ARGS, e.g. --presets runtime --kinds cheat --only 'watch|hang'), replaycheck (the launch replay on real GPU kernels), benchnew, benchprod (runtime checks + profiled forward),
 # benchold (the tree in .gpu/old, side by side),
 # memory, memoryq, genopts, fsdp ($FSDP_ARGS, e.g. --gpus 1,8), learning ($LEARNING_ARGS; learnmain and learnflip: its
 # RL arm and its flipped control as two processes, e.g. on two GPUs sharing $LEARNING_WORK), llmgpu, bench, baselines (all 100), datacheck, baselines0, baselines1, survival, seedskills, rl, gputests, evolution ($EVOLUTION_ARGS, e.g. --wall-s 80),
@@ -49,6 +49,7 @@ job_cmd() {
     trustrt)    echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py --presets runtime" ;;
     truststrict) echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py --presets strict" ;;
     trusthonestrt) echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py --presets runtime --kinds honest" ;;
+    trustq)     echo "python3 benchmarks/gpu/kernelgym_trust_gpu.py ${TRUST_ARGS:-}" ;;
     replaycheck) echo "python3 benchmarks/gpu/replay_check.py" ;;
     evolution)  echo "python3 benchmarks/gpu/evolution_gpu.py ${EVOLUTION_ARGS:-}" ;;
     lineage)    echo "python3 benchmarks/gpu/lineage_gpu.py ${LINEAGE_ARGS:-}" ;;

@@ -40,6 +40,7 @@ import statistics
 import time
 from typing import Any
 
+from davinci.kernelgym import replay
 from davinci.kernelgym.accounting import torch_verdict
 from davinci.kernelgym.hostdata import provenance_from, provenance_record
 from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, ref
@@ -52,9 +53,9 @@ AUDIT_SEED = 1 << 21
 WATCHED_RATIO, WATCHED_SLACK_MS = 10.0, 5.0
 
 
-def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float | None, replay: bool = False,
+def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float | None, then_replay: bool = False,
              **flags: Any) -> tuple[dict[str, Any], list, float, dict[str, Any]]:
-    """One audit request on fresh native inputs; (reply, blobs, wall ms, spot comparison or {}). With `replay`
+    """One audit request on fresh native inputs; (reply, blobs, wall ms, spot comparison or {}). With `then_replay`
     the request's Triton launches are then run again (replay.py: `reply["replay"]`, asked for only after the
     reply, so the candidate's calls cannot tell this request from a scored one by it)."""
     r = len(sets)
@@ -73,15 +74,15 @@ def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float
         check, _ = ref(job, {"op": "check_spot", "outputs": outputs[order.index(spot)],
                              "seed": job.timing_seed + AUDIT_SEED + n}, blobs)
         comparison = check["comparison"]
-        if replay:
-            reply["replay"], _ = ask(job, {"op": "replay", "seed": rng.randrange(1 << 30)})
+        if then_replay:
+            reply["replay"], _ = ask(job, {"op": "replay", "tag": "timed", "seed": rng.randrange(1 << 30)})
     ask(job, {"op": "release", "tags": ["timed"]})
     return reply, blobs, wall, comparison
 
 
 def replaying(job: Job) -> bool:
     """Whether audit U and audit A are followed by a launch replay (`GymConfig.launch_replay`)."""
-    return job.cfg.launch_replay == "always" or (job.cfg.launch_replay == "gpu" and job.lane.cuda)
+    return replay.wanted(job.cfg, job.lane.cuda)
 
 
 def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | None,
@@ -97,6 +98,9 @@ def _unwatched(job: Job, sets: list[str], rng: random.Random, limit: float | Non
     for key, scored in (("stored", "scored_shares"), ("loaded", "scored_reads")):
         if key in shares:
             shares[key] = _lowest(shares[key], *acc.get(scored, []))
+    for key in ("rewrote", "depends"):  # and the replays of a trial and the scored rounds
+        if key in shares:
+            shares[key] = _lowest(shares[key], job.unwatched_replay.get(key))
     return shares
 
 
@@ -106,12 +110,7 @@ def _shares(reply: dict[str, Any], cuda: bool, failed: float | None = None) -> S
     request: its kernels could not be run again, so none of the output is theirs to credit; no figure for
     audit A)."""
     shares: Shares = {} if cuda else {"stored": _raw_share(reply), "loaded": _raw_share(reply, "input_share_raw")}
-    replayed = reply.get("replay")
-    if isinstance(replayed, dict):
-        ok = bool(replayed.get("ok"))
-        shares["rewrote"] = _raw_share(replayed, "rewrote_share") if ok else failed
-        shares["depends"] = _raw_share(replayed, "depends_share") if ok else failed
-    return shares
+    return {**shares, **replay.parsed(reply.get("replay"), failed)}
 
 
 def _raw_share(reply: dict[str, Any], key: str = "kernel_share_raw") -> float | None:

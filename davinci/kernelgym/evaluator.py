@@ -300,13 +300,16 @@ def _timing(job: Job) -> None:
         if f.kind != "timeout":
             raise
         job.timing_incomplete = f.message
-    finally:  # the scored requests' kernel share against the accounting call's: needs no audit round to have run
+    finally:  # the scored requests' shares against the accounting call's: need no audit round to have run
         job.evidence.watched = job.evidence.watched or unwatched_drop(job.acct_share_raw,
                                                                       job.evidence.scored_kernel_share)
 
 
+
 def _evidence(job: Job):
     ev = job.evidence
+    for what in ("rewrote", "depends"):  # the launch replays (replay.py): the accounting call against unwatched ones
+        ev.watched = ev.watched or unwatched_drop(job.acct_replay.get(what), job.unwatched_replay.get(what), what)
     ev.backend, ev.kernel_names, ev.cuda = job.backend.backend, job.backend.kernel_names, job.lane.cuda
     ev.coverage, ev.min_coverage = _coverage(job), job.cfg.min_kernel_coverage
     return ev

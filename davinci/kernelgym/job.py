@@ -43,7 +43,7 @@ from davinci.kernelgym.checks import Evidence, Finding
 from davinci.kernelgym.config import GymConfig
 from davinci.kernelgym.gpugate import Mode, gpu_gate
 from davinci.kernelgym.lane import ChildHandle, Lane, WorkerDied
-from davinci.kernelgym import hostdata
+from davinci.kernelgym import hostdata, replay
 from davinci.kernelgym.protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError, malformed_number
 from davinci.types import Candidate, Problem
 
@@ -94,6 +94,8 @@ class Job:
     last_kernel_share: float | None = None                 # CPU accounting forward: output elements kernels stored
     acct_share_raw: float | None = None                    # ... glue copies not credited (as scored requests report it)
     audited: bool = False                                  # the audit rounds ran after the scored ones (audit.py)
+    acct_replay: dict[str, float | None] = field(default_factory=dict)    # accounting call's launch replay
+    unwatched_replay: dict[str, float | None] = field(default_factory=dict)  # lowest of unwatched calls' replays
     last_torch_work: float | None = None                   # accounting forward: work of PyTorch's compute ops
     last_torch_hidden: list[str] | None = None             # accounting forward: ops out of the mode's sight
     hidden_work_error: str = ""                            # why the profiler beside the mode saw nothing
@@ -412,8 +414,10 @@ def ask_twin(job: Job, header: dict[str, Any], blobs=()) -> tuple[dict[str, Any]
 # --- correctness -----------------------------------------------------------------------------------------
 
 def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs: list,
-              account: bool = False) -> dict[str, Any] | None:
-    """One candidate call + trusted check; returns the check reply, or None after recording a failure."""
+              account: bool = False, replay_native: bool | None = None) -> dict[str, Any] | None:
+    """One candidate call + trusted check; returns the check reply, or None after recording a failure. The
+    accounting call's launches run again afterwards (replay.py: the watched figure), and so do an unwatched
+    call's where `replay_native` is given (whether its inputs are of the native distribution)."""
     if fill is None:  # ipc: the reference worker (re)writes the slot in place
         ref(job, {"op": "rewrite", "name": slot})
     t0 = time.monotonic()
@@ -453,6 +457,12 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     check, _ = ref(job, {"op": "check", "name": slot, "outputs": reply.get("outputs"),
                          "inputs_after": reply.get("inputs_after"), "keep_as": tag}, blobs)
     job.evidence.mutated.extend(f"#{i}" for i in check.get("mutated", []) if f"#{i}" not in job.evidence.mutated)
+    if (account or replay_native is not None) and replay.wanted(job.cfg, job.lane.cuda):
+        replayed, _ = ask(job, {"op": "replay", "tag": tag, "seed": derive_seed(job.timing_seed, tag, "replay")})
+        if account:
+            job.acct_replay = replay.parsed(replayed)
+        else:
+            replay.lowest(job.unwatched_replay, replay.unwatched(replayed, bool(replay_native)))
     return check
 
 
@@ -471,9 +481,13 @@ def _trial(job: Job, t: int) -> bool:
     fill = trial.get("fill")
     runs = [(f"a{t}", POISON[0], False)] + ([(f"b{t}", POISON[1], accounts(job))] if t == 0 and cfg.determinism_check else [])
     ok, tags = True, []
+    # one trial's unwatched call is replayed (replay.py), drawn per evaluation: a candidate that stalls the timing
+    # before any replayed round still meets it
+    replayed = t == derive_seed(job.timing_seed, "replayed trial") % cfg.correctness_trials
     for tag, poison, account in runs:
         saved = (job.error_kind, job.error)
-        check = _run_once(job, slot, tag, poison, fill, fill_blobs, account=account)
+        native = (dist == "native") if replayed and not account else None
+        check = _run_once(job, slot, tag, poison, fill, fill_blobs, account=account, replay_native=native)
         tags.append(tag)
         if account:
             job.error_kind, job.error = saved  # the poisoned call is evidence, never the verdict itself

@@ -35,6 +35,7 @@ from davinci.kernelgym.audit import audit_rounds
 from davinci.kernelgym.job import (CandidateFailure, Job, ask, ask_twin, build_twin, fresh_inputs, gpu_phase, ref,
                                    wants_profile)
 from davinci.kernelgym.lane import wake
+from davinci.kernelgym.replay import lowest, unwatched, wanted
 from davinci.kernelgym.sol import roofline_violation, sol_percent
 from davinci.kernelgym.stats import defended, launch_allowance, should_stop
 
@@ -277,6 +278,9 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
         return False
     spot_check, _ = ref(job, {"op": "check_spot", "outputs": outputs[order.index(spot)], "seed": job.timing_seed + rnd},
                         tr_blobs)
+    if rnd in acc["replay_rounds"]:  # asked for after the reply: the candidate's calls could not know (replay.py)
+        replayed, _ = ask(job, {"op": "replay", "tag": "timed", "seed": job.timing_seed + REPLAY_SEED + rnd})
+        lowest(job.unwatched_replay, unwatched(replayed, dist == "native"))
     ask(job, {"op": "release", "tags": ["timed"]})
     if not spot_check["comparison"]["ok"]:
         ev.timed_mismatch = spot_check["comparison"]["reason"]
@@ -307,6 +311,7 @@ def _setup(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[str
     setup, _ = ref(job, {"op": "timing_setup", "sets": descs["sets"] if ipc else None,
                          "twin_sets": descs.get("twin_sets") if ipc else None, "count": r})
     acc: dict[str, Any] = {"samples": {"cand": [], **{b: [] for b in live}}, "walls": {"cand": [], **{b: [] for b in live}},
+                           "replay_rounds": replay_rounds(job, rng),
                            "raw": {}, "ref_overhead_ms": float(setup.get("overhead_ms", 0.0)), "rotation": r,
                            "ref_launch_ms": float(setup.get("launch_overhead_ms", 0.0)), "allowance_ms": 0.0}
     _warm(job, sets, sides)
@@ -325,7 +330,19 @@ def _warm(job: Job, sets: list[str], sides: list[Any]) -> None:
             raise CandidateFailure("runtime", str(reply.get("error", "warm-up call failed")))
 
 
-WARM_SEED = 1 << 20
+WARM_SEED, REPLAY_SEED = 1 << 20, 1 << 22
+
+
+def replay_rounds(job: Job, rng: random.Random) -> range | set[int]:
+    """The scored rounds whose launches run again after them (replay.py), drawn by the supervisor: on a GPU,
+    where a replay costs milliseconds, every round; on the CPU (interpreted kernels, and a store record in every
+    scored request already) one of the first `timing_min_reps`. Compared with the accounting call's replay
+    (evaluator._evidence), which needs no audit round to have run."""
+    if not wanted(job.cfg, job.lane.cuda):
+        return set()
+    if job.lane.cuda:
+        return range(1 << 30)
+    return {rng.randrange(max(1, job.cfg.timing_min_reps))}
 
 
 def timing(job: Job) -> None:

@@ -27,6 +27,14 @@ other evidence (cheats_open/README.md).
 Shapes: an output leaf o [*] of any dtype is compared bit for bit as o.view(int of o's item size) [*].
 
     Replay().shares(captures, outputs, inputs, seed) -> {"rewrote_share", "depends_share", "replayed_launches"}
+    wanted(cfg, cuda)                      the supervisor: whether this lane replays (`gym.launch_replay`)
+    parsed(reply, failed)                  the supervisor: a replay reply as {"rewrote": share, "depends": share}
+    unwatched(reply, native)               ... as an unwatched call's, held against the accounting call's
+
+The supervisor asks for replays after the accounting calls (watched), after one correctness trial's call drawn
+per evaluation and after scored timing rounds (`perf.replay_rounds`; unwatched: compared with the accounting
+call's in `evaluator._evidence`, before timing and again at the end, so no audit round has to have run), and
+after audit U and audit A (audit.py).
 """
 
 from __future__ import annotations
@@ -51,6 +59,45 @@ def _canary(out: torch.Tensor, ints: torch.Tensor, gen: torch.Generator) -> torc
     if out.is_floating_point():
         return _view(_randn(out.shape, dtype=out.dtype, device=out.device, generator=gen), ints.dtype)
     return _randint(*_BOUNDS[ints.dtype], ints.shape, dtype=ints.dtype, device=out.device, generator=gen)
+
+
+def wanted(cfg: Any, cuda: bool) -> bool:
+    """Whether a lane replays launches (`GymConfig.launch_replay`: "always", "gpu" or "off")."""
+    return cfg.launch_replay == "always" or (cfg.launch_replay == "gpu" and cuda)
+
+
+def parsed(reply: dict[str, Any] | None, failed: float | None = None) -> dict[str, float | None]:
+    """A replay reply as {"rewrote": share, "depends": share}; a replay that failed counts `failed` for both
+    (0 for an unwatched request: its kernels could not be run again, so none of its output is theirs to credit;
+    None, no figure, for a watched one)."""
+    if not isinstance(reply, dict):
+        return {}
+    if not reply.get("ok"):
+        return {"rewrote": failed, "depends": failed}
+    return {name: float(v) if isinstance(v := reply.get(f"{key}_share"), (int, float)) else None
+            for name, key in (("rewrote", "rewrote"), ("depends", "depends"))}
+
+
+# a replayed output that changes with its inputs in under 5% of its elements: a collapse, not a distribution
+DEPENDS_COLLAPSE = 0.05
+
+
+def unwatched(reply: dict[str, Any] | None, native: bool) -> dict[str, float | None]:
+    """An unwatched call's replay as shares to hold against the accounting call's (which ran on native inputs):
+    a replay that failed counts 0, and on inputs of another distribution the input-dependent share counts only
+    when it collapsed (how much of an output changes with its inputs depends on their distribution: a function
+    that saturates on scaled inputs)."""
+    shares = parsed(reply, failed=0.0)
+    if not native and (shares.get("depends") or 0.0) > DEPENDS_COLLAPSE:
+        shares.pop("depends", None)
+    return shares
+
+
+def lowest(into: dict[str, float | None], shares: dict[str, float | None]) -> None:
+    """Keep in `into` the lowest figure of each share seen so far."""
+    for name, value in shares.items():
+        if value is not None:
+            into[name] = value if into.get(name) is None else min(into[name], value)
 
 
 class Replay:

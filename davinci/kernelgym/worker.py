@@ -134,7 +134,8 @@ class Harness:
         self.init_args = transport.decode(job.get("init", []), blobs, "cpu")
         self.slots: dict[str, list[Any]] = {}
         self.kept: dict[str, list[Any]] = {}
-        self.replay, self.replayable = Replay(), ([], [])  # the last timed request's launches and inputs
+        # by kept tag: the launches and inputs of its calls, until its outputs are released (op_replay)
+        self.replay, self.replayable = Replay(), {}
         self.exports = transport.Exports()  # CUDA IPC exports, released with their slot or kept output
         self.model: Any = None
         self.threads0 = guards.thread_counts()
@@ -212,6 +213,7 @@ class Harness:
         self.rec.start()
         lowering0 = self.rec.frontend_s  # the CPU front-end check's own time (frontend.py): not the forward's
         t0 = self._perf()
+        self.rec.capture = []  # what the call launched, for a replay (replay.py)
         try:
             if mode is not None:
                 elements = mode.track_inputs(slot)
@@ -224,6 +226,7 @@ class Harness:
                 out = self.model(*slot)
             self._sync()
         except BaseException as exc:
+            self.rec.capture = None
             self.rec.stop()
             self.stores.stop()
             self.rec.provenance = None
@@ -231,6 +234,7 @@ class Harness:
         # the evaluator's own work inside the call (the front-end check, the provenance record) is not the forward's
         own_s = (self.rec.frontend_s - lowering0) + (prov.cost_s if mode is not None and prov is not None else 0.0)
         fwd_ms = (self._perf() - t0 - own_s) * 1e3
+        captured, self.rec.capture = self.rec.capture or [], None
         launched, kernel_ms = self.rec.stop()
         self.rec.start()  # from here on the harness takes the outputs over: no kernel of the candidate's may run
         try:
@@ -250,6 +254,7 @@ class Harness:
             return {"ok": False, **bad, "evidence": evidence}, []
         self._drop_kept(h["tag"])
         self.kept[h["tag"]] = leaves
+        self.replayable[h["tag"]] = ([captured], [slot])
         out_blobs: list[Any] = []
         self.rec.start()
         try:
@@ -332,7 +337,7 @@ class Harness:
         if "bad" in handed:
             return {"ok": False, **handed["bad"]}, []
         leaves = handed["leaves"]
-        self.replayable = (captured, [sets[j] for j in h["order"]])  # until the outputs are released (op_replay)
+        self.replayable["timed"] = (captured, [sets[j] for j in h["order"]])
         shares = {}
         if record:
             shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves]),
@@ -477,8 +482,7 @@ class Harness:
         return {"ok": True}, []
 
     def _drop_kept(self, tag: str) -> None:
-        if tag == "timed":
-            self.replayable = ([], [])
+        self.replayable.pop(tag, None)
         kept = self.kept.pop(tag, None) or []
         for leaf in flatten_outputs(kept):
             # Destroy released results so nothing can hand the same memory back as a fresh answer.
@@ -503,11 +507,14 @@ class Harness:
         return {"ok": True}, []
 
     def op_replay(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
-        """The last timed request's captured launches run again (replay.py): the share of each call's output
-        they rewrite and the share that changes with the inputs, for the supervisor's comparison (audit.py)."""
-        captured, inputs = self.replayable
+        """The captured launches of a kept tag's calls (the last timed request's, or a run's) run again
+        (replay.py): the share of each call's output they rewrite and the share that changes with the inputs,
+        for the supervisor's comparisons (audit.py, evaluator._timing)."""
+        tag = str(h.get("tag", "timed"))
+        captured, inputs = self.replayable.get(tag, ([], []))
+        kept = self.kept.get(tag) or []
         with self.timer.harness():
-            shares = self.replay.shares(captured, self.kept.get("timed") or [], inputs, int(h.get("seed", 0)))
+            shares = self.replay.shares(captured, kept if tag == "timed" else [kept], inputs, int(h.get("seed", 0)))
         return {"ok": True, **shares}, []
 
     def op_profile(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
