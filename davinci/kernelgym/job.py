@@ -481,9 +481,10 @@ def _trial(job: Job, t: int) -> bool:
     fill = trial.get("fill")
     runs = [(f"a{t}", POISON[0], False)] + ([(f"b{t}", POISON[1], accounts(job))] if t == 0 and cfg.determinism_check else [])
     ok, tags = True, []
-    # one trial's unwatched call is replayed (replay.py), drawn per evaluation: a candidate that stalls the timing
-    # before any replayed round still meets it
-    replayed = t == derive_seed(job.timing_seed, "replayed trial") % cfg.correctness_trials
+    # the unwatched calls of trial 0 (native inputs, as the accounting call's) and of one more trial drawn per
+    # evaluation are replayed (replay.py): a candidate that stalls the timing before any replayed round still
+    # meets them
+    replayed = t == 0 or t == 1 + derive_seed(job.timing_seed, "replayed trial") % max(1, cfg.correctness_trials - 1)
     for tag, poison, account in runs:
         saved = (job.error_kind, job.error)
         native = (dist == "native") if replayed and not account else None
