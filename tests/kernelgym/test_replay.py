@@ -152,3 +152,18 @@ def test_the_lowest_call_counts_and_the_token_switch_is_a_drop_against_the_watch
     assert unwatched["rewrote_share"] == 1 / N  # the token call, not the mean of the two
     text = unwatched_drop(watched["rewrote_share"], unwatched["rewrote_share"], "rewrote")
     assert text is not None and "run again after the call, rewrote 0% of the output, against 100%" in text
+
+
+def test_the_supervisor_reads_a_replay_as_shares_and_keeps_the_lowest():
+    from davinci.kernelgym.replay import lowest, parsed, unwatched
+
+    ok = {"ok": True, "rewrote_share": 1.0, "depends_share": 0.75, "replayed_launches": 2}
+    assert parsed(ok) == {"rewrote": 1.0, "depends": 0.75}
+    assert parsed({"ok": False, "error": "boom"}) == {"rewrote": None, "depends": None}  # watched: no figure
+    assert unwatched({"ok": False, "error": "boom"}, native=True) == {"rewrote": 0.0, "depends": 0.0}
+    assert unwatched(ok, native=False) == {"rewrote": 1.0}  # off native inputs only the rewritten share counts
+    seen: dict = {}
+    lowest(seen, {"rewrote": 1.0, "depends": 0.75})
+    lowest(seen, {"rewrote": 0.25})
+    lowest(seen, {"rewrote": 0.5, "depends": None})
+    assert seen == {"rewrote": 0.25, "depends": 0.75}
