@@ -300,10 +300,9 @@ def _timing(job: Job) -> None:
         if f.kind != "timeout":
             raise
         job.timing_incomplete = f.message
-    finally:  # the scored requests' shares against the accounting call's: need no audit round to have run
+    finally:  # the scored requests' kernel share against the accounting call's: needs no audit round to have run
         job.evidence.watched = job.evidence.watched or unwatched_drop(job.acct_share_raw,
                                                                       job.evidence.scored_kernel_share)
-
 
 
 def _evidence(job: Job):

@@ -47,6 +47,7 @@ import torch
 _clone, _copy, _view, _ne = torch.Tensor.clone, torch.Tensor.copy_, torch.Tensor.view, torch.Tensor.ne
 _sum, _item, _take, _reshape = torch.Tensor.sum, torch.Tensor.item, torch.Tensor.take, torch.Tensor.reshape
 _randint, _randn, _randperm, _sync = torch.randint, torch.randn, torch.randperm, torch.cuda.synchronize
+_to = torch.Tensor.to
 _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _BOUNDS = {torch.uint8: (2, 256), torch.int16: (-(1 << 15), 1 << 15), torch.int32: (-(1 << 31), (1 << 31) - 1),
            torch.int64: (-(1 << 62), 1 << 62)}  # uint8 from 2: a bool output never holds the canary by chance
@@ -56,8 +57,9 @@ def _canary(out: torch.Tensor, ints: torch.Tensor, gen: torch.Generator) -> torc
     """Random contents for one output leaf, as its int view: for floats, finite values of order 1 (random bits
     would be NaN or so large that a kernel adding into the output leaves them unchanged); otherwise random
     bits."""
-    if out.is_floating_point():
-        return _view(_randn(out.shape, dtype=out.dtype, device=out.device, generator=gen), ints.dtype)
+    if out.is_floating_point():  # drawn in float32: no float8 or other narrow type has a generator of its own
+        values = _randn(out.shape, dtype=torch.float32, device=out.device, generator=gen)
+        return _view(_to(values, out.dtype), ints.dtype)
     return _randint(*_BOUNDS[ints.dtype], ints.shape, dtype=ints.dtype, device=out.device, generator=gen)
 
 
@@ -116,7 +118,8 @@ class Replay:
                 rewrote.append(0.0)
                 depends.append(0.0)
                 continue
-            floats = [t for t in ins if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1]
+            floats = [t for t in ins if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > 1
+                      and t.element_size() in _INT]
             wrote, changed = self.call(captured, leaves, floats, seed + j)
             rewrote.append(wrote)
             depends.append(changed)
@@ -136,9 +139,10 @@ class Replay:
         try:
             self.run(captured, ints, canary)
             first = [_clone(i) for i in ints]
-            for t, s in zip(floats, saved_in):  # the same values in another order
+            for t, s in zip(floats, saved_in):  # the same values in another order (moved as bits: any float type)
                 perm = _randperm(t.numel(), device=device, generator=gen)
-                _copy(t, _reshape(_take(s, perm), t.shape))
+                bits = _INT[t.element_size()]
+                _copy(_view(t, bits), _reshape(_take(_view(s, bits), perm), t.shape))
             self.run(captured, ints, canary)
             wrote = sum(_item(_sum(_ne(f, c))) for f, c in zip(first, canary))
             changed = sum(_item(_sum(_ne(i, f))) for i, f in zip(ints, first))
