@@ -311,7 +311,7 @@ def _setup(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[str
     setup, _ = ref(job, {"op": "timing_setup", "sets": descs["sets"] if ipc else None,
                          "twin_sets": descs.get("twin_sets") if ipc else None, "count": r})
     acc: dict[str, Any] = {"samples": {"cand": [], **{b: [] for b in live}}, "walls": {"cand": [], **{b: [] for b in live}},
-                           "replay_rounds": replay_rounds(job, rng),
+                           "replay_rounds": replay_rounds(job),
                            "raw": {}, "ref_overhead_ms": float(setup.get("overhead_ms", 0.0)), "rotation": r,
                            "ref_launch_ms": float(setup.get("launch_overhead_ms", 0.0)), "allowance_ms": 0.0}
     _warm(job, sets, sides)
@@ -333,16 +333,12 @@ def _warm(job: Job, sets: list[str], sides: list[Any]) -> None:
 WARM_SEED, REPLAY_SEED = 1 << 20, 1 << 22
 
 
-def replay_rounds(job: Job, rng: random.Random) -> range | set[int]:
-    """The scored rounds whose launches run again after them (replay.py), drawn by the supervisor: on a GPU,
-    where a replay costs milliseconds, every round; on the CPU (interpreted kernels, and a store record in every
-    scored request already) one of the first `timing_min_reps`. Compared with the accounting call's replay
+def replay_rounds(job: Job) -> range | set[int]:
+    """The scored rounds whose launches run again after them (replay.py): on a GPU, where a replay costs
+    milliseconds, every round; on the CPU none (interpreted kernels make a replay cost a call's time, and every
+    scored CPU request carries the store record already). Compared with the accounting call's replay
     (evaluator._evidence), which needs no audit round to have run."""
-    if not wanted(job.cfg, job.lane.cuda):
-        return set()
-    if job.lane.cuda:
-        return range(1 << 30)
-    return {rng.randrange(max(1, job.cfg.timing_min_reps))}
+    return range(1 << 30) if job.lane.cuda and wanted(job.cfg, job.lane.cuda) else set()
 
 
 def timing(job: Job) -> None:
