@@ -507,14 +507,17 @@ class Harness:
         return {"ok": True}, []
 
     def op_replay(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
-        """The captured launches of a kept tag's calls (the last timed request's, or a run's) run again
-        (replay.py): the share of each call's output they rewrite and the share that changes with the inputs,
-        for the supervisor's comparisons (audit.py, evaluator._timing)."""
+        """The captured launches of a kept tag's calls (the last timed request's, or a run's; `calls`: only those
+        of the request) run again (replay.py): the share of each call's output they rewrite and the share that
+        changes with the inputs, for the supervisor's comparisons (audit.py, evaluator._evidence)."""
         tag = str(h.get("tag", "timed"))
         captured, inputs = self.replayable.get(tag, ([], []))
         kept = self.kept.get(tag) or []
+        outputs = kept if tag == "timed" else [kept]
+        picked = [j for j in h.get("calls") or range(len(captured)) if isinstance(j, int) and 0 <= j < len(captured)]
         with self.timer.harness():
-            shares = self.replay.shares(captured, kept if tag == "timed" else [kept], inputs, int(h.get("seed", 0)))
+            shares = self.replay.shares([captured[j] for j in picked], [outputs[j] for j in picked],
+                                        [inputs[j] for j in picked], int(h.get("seed", 0)))
         return {"ok": True, **shares}, []
 
     def op_profile(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
