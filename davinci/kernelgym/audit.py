@@ -17,8 +17,8 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
     audit U  (before A) a request with nothing switched on that torch can report (no dispatch mode, no
              profiler) and, on the CPU, the kernels' stores recorded. The share of the timed outputs the
              kernels stored (glue copies not credited: tracking them needs the mode) must not fall below half of
-             what it is in audit A: a candidate that runs its kernels only when a mode or the profiler is on, and PyTorch
-             plus a token launch otherwise, stores ~100% of its output in A and ~0% here
+             what it is in audit A: a candidate that runs its kernels only when a mode or the profiler is on,
+             and PyTorch plus a token launch otherwise, stores ~100% of its output in A and ~0% here
              (`watched_behaviour`; attack: cheats_v2/c2_fb_watch_token_switch). Every scored CPU request
              records the stores and loads too and reports both shares (the lowest of them and U's are compared;
              the load share from the inputs' own storages: a copy kernel of NumPy's answer stores the whole output

@@ -278,7 +278,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
         return False
     spot_check, _ = ref(job, {"op": "check_spot", "outputs": outputs[order.index(spot)], "seed": job.timing_seed + rnd},
                         tr_blobs)
-    if rnd in acc["replay_rounds"]:  # asked for after the reply: the candidate's calls could not know (replay.py)
+    if acc["replay_rounds"]:  # asked for after the reply: the candidate's calls could not know (replay.py)
         replayed, _ = ask(job, {"op": "replay", "tag": "timed", "seed": job.timing_seed + REPLAY_SEED + rnd})
         lowest(job.unwatched_replay, unwatched(replayed, dist == "native"))
     ask(job, {"op": "release", "tags": ["timed"]})
@@ -311,7 +311,7 @@ def _setup(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[str
     setup, _ = ref(job, {"op": "timing_setup", "sets": descs["sets"] if ipc else None,
                          "twin_sets": descs.get("twin_sets") if ipc else None, "count": r})
     acc: dict[str, Any] = {"samples": {"cand": [], **{b: [] for b in live}}, "walls": {"cand": [], **{b: [] for b in live}},
-                           "replay_rounds": replay_rounds(job),
+                           "replay_rounds": replays_rounds(job),
                            "raw": {}, "ref_overhead_ms": float(setup.get("overhead_ms", 0.0)), "rotation": r,
                            "ref_launch_ms": float(setup.get("launch_overhead_ms", 0.0)), "allowance_ms": 0.0}
     _warm(job, sets, sides)
@@ -333,12 +333,12 @@ def _warm(job: Job, sets: list[str], sides: list[Any]) -> None:
 WARM_SEED, REPLAY_SEED = 1 << 20, 1 << 22
 
 
-def replay_rounds(job: Job) -> range | set[int]:
-    """The scored rounds whose launches run again after them (replay.py): on a GPU, where a replay costs
-    milliseconds, every round; on the CPU none (interpreted kernels make a replay cost a call's time, and every
-    scored CPU request carries the store record already). Compared with the accounting call's replay
+def replays_rounds(job: Job) -> bool:
+    """Whether every scored round's launches run again after it (replay.py): on a GPU, where a replay costs
+    milliseconds; not on the CPU (interpreted kernels make a replay cost a call's time, and every scored CPU
+    request carries the store record already). Compared with the accounting call's replay
     (evaluator._evidence), which needs no audit round to have run."""
-    return range(1 << 30) if job.lane.cuda and wanted(job.cfg, job.lane.cuda) else set()
+    return job.lane.cuda and wanted(job.cfg, job.lane.cuda)
 
 
 def timing(job: Job) -> None:

@@ -32,7 +32,7 @@ Shapes: an output leaf o [*] of any dtype is compared bit for bit as o.view(int 
     unwatched(reply, native)               ... as an unwatched call's, held against the accounting call's
 
 The supervisor asks for replays after the accounting calls (watched), after trial 0's unwatched call and, on a
-GPU, one more trial's drawn per evaluation and every scored timing round (`perf.replay_rounds`; unwatched:
+GPU, one more trial's drawn per evaluation and every scored timing round (`perf.replays_rounds`; unwatched:
 compared with the accounting call's in `evaluator._evidence`, before timing and again at the end, so no audit
 round has to have run), and after audit U and audit A (audit.py).
 """

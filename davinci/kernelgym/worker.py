@@ -13,8 +13,8 @@ installs the Triton launch recorder; the key stays inside an `hmac` object. Then
             request with PyTorch's results poisoned and the CPU profiler on, or under the GPU profiler; audit.py)
     warm    warm-up calls on inputs of their own (outside every timed request)
     release poison and drop kept outputs and slots
-    replay  run the last timed request's captured Triton launches again: what they write, and how it depends on
-            the inputs (replay.py; audit.py compares audit A with an unwatched request)
+    replay  run a kept call's captured Triton launches again (the last timed request's, or a run's): what they
+            write, and how it depends on the inputs (replay.py; compared in audit.py and evaluator._evidence)
     profile one forward under torch.profiler (GPU): device time per kernel name
     integrity  identities, global flags and threads now vs. before the import
     bye     exit (os._exit: no atexit hooks, no buffered output)
