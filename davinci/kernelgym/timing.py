@@ -161,10 +161,13 @@ class DeviceTimer:
                 return ms, tries
 
     def time_calls(self, fn: Callable[..., Any], arg_sets: Sequence[Sequence[Any]], order: Sequence[int],
-                   keep: bool = True, after: list[float] | None = None) -> tuple[list[float], list[float], list[Any]]:
+                   keep: bool = True, after: list[float] | None = None,
+                   on_return: Callable[[Any], Any] | None = None) -> tuple[list[float], list[float], list[Any]]:
         """Time fn(*arg_sets[j]) for j in order; returns event ms, host ms and (if keep) the outputs.
 
         `after`, when given, receives each call's host ms from its return to the end of the synchronize.
+        `on_return`, when given, sees each call's output once its clocks have stopped and before the next call
+        (static_outputs.copy_outputs: an output the next call may overwrite is copied there).
         """
         events, hosts, outs = [], [], []
         for j in order:
@@ -173,13 +176,21 @@ class DeviceTimer:
             hosts.append(host)
             if after is not None:
                 after.append(post)
+            if on_return is not None:
+                on_return(out)
             if keep:
                 outs.append(out)
             del out
         return events, hosts, outs
 
-    def warmup(self, fn: Callable[..., Any], args: Sequence[Any], reps: int) -> None:
+    def warmup(self, fn: Callable[..., Any], args: Sequence[Any], reps: int, keep: bool = False) -> list[Any]:
+        """`reps` calls of fn(*args); with `keep`, their outputs, all held until the last call returned."""
+        outs = []
         for _ in range(max(0, reps)):
-            fn(*args)
+            out = fn(*args)
+            if keep:
+                outs.append(out)
+            del out
         if self.cuda:
             self._sync()
+        return outs

@@ -61,6 +61,7 @@ from davinci.kernelgym.replay import Replay
 from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
+from davinci.kernelgym.static_outputs import copy_outputs, repeats, stale_calls
 from davinci.kernelgym.timing import DeviceTimer
 
 
@@ -140,6 +141,7 @@ class Harness:
         self.model: Any = None
         self.threads0 = guards.thread_counts()
         self.warmed = False
+        self.static_outputs = False  # the warm-up calls handed back one storage twice (static_outputs.py)
         self._collect_after = False
         self.objects0 = guards.capture_objects({"harness": self, "timer": self.timer, "recorder": self.rec,
                                                 "stores": self.stores, "channel": self.chan})
@@ -317,7 +319,7 @@ class Harness:
         with self.timer.harness():
             idle = self.timer.wait_idle(h.get("canary_limit_ms"))
         if not self.warmed:
-            self._warm(sets[0], int(h.get("warmup", 2)))
+            self._warm(sets[0], int(h.get("warmup", 2)), len(sets))
         call, launches, captured = self._counting(self.model)  # the call the reference worker times for the baselines
         before = guards.thread_counts()
         after: list[float] = []
@@ -326,14 +328,17 @@ class Harness:
         record = self.stores.installed and not self.stores.recording
         if record:
             self.stores.start()
+        copies: list[list[Any]] | None = [] if self.static_outputs else None
         t2 = self._perf()
         try:
-            events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after)
+            events, hosts, outs = self.timer.time_calls(call, sets, h["order"], keep=True, after=after,
+                                                        on_return=None if copies is None else
+                                                        (lambda out: copies.append(self._copy(out))))
         finally:
             if record:
                 self.stores.stop()
         t3 = self._perf()
-        handed = self._hand_over(outs)
+        handed = self._hand_over(outs, copies)
         if "bad" in handed:
             return {"ok": False, **handed["bad"]}, []
         leaves = handed["leaves"]
@@ -343,10 +348,15 @@ class Harness:
             shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves]),
                       "input_share_raw": self._input_share_raw(sets)}
             self.stores.clear()
-        ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
+        if copies is None:
+            ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
+            reused = len(ptrs) - len(set(ptrs))
+        else:
+            with self.timer.harness():
+                reused = stale_calls(leaves, copies)
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "launched_after": handed["late"], "outputs": handed["outputs"], "launches": launches,
-                "reused_storage": len(ptrs) - len(set(ptrs)), "threads": [*before, *guards.thread_counts()],
+                "reused_storage": reused, "threads": [*before, *guards.thread_counts()],
                 "canary_ms": idle[0], "canary_probes": idle[1], **shares,
                 # where the request's time went, by this process's own clock (a diagnostic, never a figure)
                 "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
@@ -376,22 +386,29 @@ class Harness:
                     prov.calling = False
         return call, launches, captured
 
-    def _hand_over(self, outs: list[Any]) -> dict[str, Any]:
+    def _copy(self, out: Any) -> list[Any]:
+        with self.timer.harness():  # the harness's own device work (a profiled round leaves it out)
+            return copy_outputs(out)
+
+    def _hand_over(self, outs: list[Any], copies: list[list[Any]] | None = None) -> dict[str, Any]:
         """Every timed call's output, checked and encoded in this same request (the supervisor's clock covers
         it: a result finished only when asked for would otherwise escape the timing round). Triton launches
-        are recorded meanwhile: any is the candidate's code running inside the hand-off (`late`)."""
+        are recorded meanwhile: any is the candidate's code running inside the hand-off (`late`). With
+        `copies` (static outputs), those are what is handed over; the outputs as returned stay kept for the
+        launch replay and the store record."""
         self.rec.start()
         try:
             leaves = [flatten_outputs(o) for o in outs]
             self.kept["timed"] = leaves  # type: ignore[assignment]
+            self.kept["timed:copies"] = copies or []
             blobs: list[Any] = []
             outputs = []
             with self.timer.harness():
-                for call_leaves in leaves:
+                for j, call_leaves in enumerate(leaves):
                     bad = _check_leaves(call_leaves, self.device)
                     if bad:
                         return {"bad": bad}
-                    outputs.append(transport.encode(call_leaves, self.mode, blobs))
+                    outputs.append(transport.encode(copies[j] if copies else call_leaves, self.mode, blobs))
         finally:
             late, _ = self.rec.stop()
             self.exports.add("tag:timed", outputs)
@@ -467,8 +484,12 @@ class Harness:
         reply["kernels"] = _profiled_kernels(prof.events())
         return reply, out_blobs
 
-    def _warm(self, args: list[Any], reps: int) -> None:
-        self.timer.warmup(self.model, args, reps)
+    def _warm(self, args: list[Any], reps: int, calls: int = 0) -> None:
+        """`reps` warm-up calls, at least as many as a timing request holds (`calls`), their outputs alive
+        together: one storage handed back twice makes every later timed call's outputs copied on return."""
+        outs = self.timer.warmup(self.model, args, max(reps, calls), keep=True)
+        self.static_outputs = repeats(outs)
+        del outs
         self.timer.calibrate()
         self.warmed = True
 
@@ -478,12 +499,12 @@ class Harness:
         slot = self.slots[h["sets"][0]]
         if h.get("fill"):
             self._fill(slot, h["fill"][0], blobs)
-        self._warm(slot, int(h.get("warmup", 2)))
+        self._warm(slot, int(h.get("warmup", 2)), len(h["sets"]))
         return {"ok": True}, []
 
     def _drop_kept(self, tag: str) -> None:
         self.replayable.pop(tag, None)
-        kept = self.kept.pop(tag, None) or []
+        kept = [self.kept.pop(tag, None) or [], self.kept.pop(f"{tag}:copies", None) or []]
         for leaf in flatten_outputs(kept):
             # Destroy released results so nothing can hand the same memory back as a fresh answer.
             if isinstance(leaf, torch.Tensor) and leaf.dtype.is_floating_point:

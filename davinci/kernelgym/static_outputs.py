@@ -1,0 +1,71 @@
+"""Outputs handed back in storage the candidate reuses across calls: static outputs and double buffers.
+
+A CUDA graph's replay, or a kernel that writes into one of k buffers it keeps, returns the same storage every
+k-th call. That is an honest style (torch.compile's "reduce-overhead" mode does it), but a timing request keeps
+every call's outputs until the supervisor spot-checks one of them, so a later call would overwrite an earlier
+call's answer before it is read. The harness tells such a candidate apart in its warm-up calls, whose outputs
+it keeps alive together, as many calls as a timing request holds (`repeats`). From then on it copies each timed
+call's outputs right after the call, outside the clocks and out of every dispatch mode's sight
+(`copy_outputs`): the copies are what the supervisor checks, while the launch replay still runs on the storage
+the kernels wrote. A call that hands back an earlier call's storage with the same contents did not answer its
+own inputs (`stale_calls`): that is still `result_replay` evidence, as any reused storage is for a candidate
+whose warm-up calls returned fresh storage.
+
+    outs = [model(*args) for _ in range(calls)]   # warm-up, kept alive together
+    if repeats(outs): copies = [copy_outputs(model(*s)) for s in sets]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from davinci.kernelgym.compare import flatten_outputs
+
+# bound when the harness imports this module, before any candidate code can rebind them
+_clone, _equal, _no_modes = torch.Tensor.clone, torch.equal, torch._C._DisableTorchDispatch
+
+
+def storages(out: Any) -> set[int]:
+    """The base addresses of the storages behind an output's tensor leaves (two views of one buffer share one)."""
+    return {t.untyped_storage().data_ptr() for t in flatten_outputs(out) if isinstance(t, torch.Tensor) and t.numel()}
+
+
+def repeats(outs: list[Any]) -> bool:
+    """Whether any two of these calls' outputs (all alive at once) share a storage."""
+    seen: set[int] = set()
+    for out in outs:
+        mine = storages(out)
+        if mine & seen:
+            return True
+        seen |= mine
+    return False
+
+
+def copy_outputs(out: Any) -> list[Any]:
+    """An output's leaves, each tensor copied (the harness's own copy: no dispatch mode or record sees it)."""
+    with _no_modes():
+        return [_clone(t) if isinstance(t, torch.Tensor) else t for t in flatten_outputs(out)]
+
+
+def stale_calls(leaves: list[list[Any]], copies: list[list[Any]]) -> int:
+    """Calls whose outputs share a storage with an earlier call's and whose copies equal that call's copies
+    bit for bit: the storage was handed back without being written for the new inputs.
+
+    leaves[j], copies[j]: call j's output leaves as returned, and their copies taken right after call j."""
+    stale = 0
+    with _no_modes():
+        for j in range(1, len(leaves)):
+            mine = storages(leaves[j])
+            for i in range(j):
+                if mine & storages(leaves[i]) and _same(copies[i], copies[j]):
+                    stale += 1
+                    break
+    return stale
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    tensors = [(x, y) for x, y in zip(a, b) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)]
+    return len(a) == len(b) and bool(tensors) and all(
+        x.shape == y.shape and x.dtype == y.dtype and bool(_equal(x, y)) for x, y in tensors)

@@ -1,0 +1,67 @@
+"""Static outputs (static_outputs.py): storage handed back across calls is told apart, copied out of every
+dispatch mode's sight, and a storage handed back unchanged is counted as stale. Hand-made tensors, CPU."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from davinci.kernelgym.static_outputs import copy_outputs, repeats, stale_calls
+from davinci.kernelgym.timing import DeviceTimer
+
+
+def test_fresh_outputs_do_not_repeat_but_one_buffer_and_its_views_do():
+    assert not repeats([torch.zeros(4), torch.zeros(4), (torch.ones(2), torch.ones(2))])
+    buf = torch.zeros(2, 4)
+    assert repeats([buf[0], buf[1]])  # a double buffer stacked in one storage: its two views share it
+    static = torch.zeros(4)
+    assert repeats([static, static])
+    assert repeats([(torch.zeros(1), static), [static]])  # a leaf of a nested output counts too
+    assert not repeats([torch.zeros(0), torch.zeros(0)])  # empty tensors hold no storage worth a copy
+
+
+class _Seen(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_copies_are_independent_of_the_buffer_and_unseen_by_a_dispatch_mode():
+    static = torch.arange(4.0)
+    with _Seen() as seen:
+        copies = copy_outputs((static, 3))
+    assert seen.ops == []  # the harness's own copy is not the candidate's op
+    static.fill_(-1.0)
+    assert torch.equal(copies[0], torch.arange(4.0)) and copies[1] == 3
+
+
+def test_a_buffer_handed_back_unchanged_is_stale_and_one_rewritten_is_not():
+    buf = torch.zeros(2, 4)
+    leaves, copies = [], []
+    for k, value in enumerate([1.0, 2.0, 3.0]):  # honest double buffer: call k writes buf[k % 2]
+        buf[k % 2].fill_(value)
+        leaves.append([buf[k % 2]])
+        copies.append(copy_outputs(buf[k % 2]))
+    assert stale_calls(leaves, copies) == 0
+    static = torch.ones(4)
+    assert stale_calls([[static], [static], [static]], [[static.clone()]] * 3) == 2  # never rewritten
+    # equal values in separate storages are not a handed-back buffer (an input-independent answer)
+    assert stale_calls([[torch.ones(4)], [torch.ones(4)]], [[torch.ones(4)], [torch.ones(4)]]) == 0
+
+
+def test_the_timed_loop_sees_each_output_before_the_next_call_overwrites_it():
+    static = torch.zeros(3)
+
+    def fn(x):
+        static.copy_(x * 2)
+        return static
+
+    copies: list = []
+    _, _, outs = DeviceTimer("cpu").time_calls(fn, [[torch.full((3,), 1.0)], [torch.full((3,), 2.0)]], [0, 1],
+                                               on_return=lambda out: copies.append(copy_outputs(out)))
+    assert [c[0][0].item() for c in copies] == [2.0, 4.0]
+    assert outs[0] is outs[1]  # the outputs as returned: both the last call's answer
