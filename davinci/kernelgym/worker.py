@@ -351,6 +351,8 @@ class Harness:
         if copies is None:
             ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
             reused = len(ptrs) - len(set(ptrs))
+        elif h.get("accounted"):  # audit A: the comparison's own ops (eq, all on a GPU) would count as
+            reused = 0               # PyTorch's work out of the mode's sight; the round's spot check remains
         else:
             with self.timer.harness():
                 reused = stale_calls(leaves, copies)
@@ -423,7 +425,7 @@ class Harness:
         self.stores.start()
         try:
             with accounted(mode) as hidden:  # and the CPU profiler: PyTorch work out of the mode's sight
-                reply, out_blobs = self._time({**h, "audit": False}, blobs)
+                reply, out_blobs = self._time({**h, "audit": False, "accounted": True}, blobs)
         finally:
             self.stores.stop()
             unhooked = prov is not None and (mode.provenance is not prov or self.rec.provenance is not prov)
