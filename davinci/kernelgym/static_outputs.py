@@ -3,16 +3,19 @@
 A CUDA graph's replay, or a kernel that writes into one of k buffers it keeps, returns the same storage every
 k-th call. That is an honest style (torch.compile's "reduce-overhead" mode does it), but a timing request keeps
 every call's outputs until the supervisor spot-checks one of them, so a later call would overwrite an earlier
-call's answer before it is read. The harness tells such a candidate apart in its warm-up calls, whose outputs
-it keeps alive together, as many calls as a timing request holds (`repeats`). From then on it copies each timed
-call's outputs right after the call, outside the clocks and out of every dispatch mode's sight
-(`copy_outputs`): the copies are what the supervisor checks, while the launch replay still runs on the storage
-the kernels wrote. A call that hands back an earlier call's storage with the same contents did not answer its
-own inputs (`stale_calls`): that is still `result_replay` evidence, as any reused storage is for a candidate
-whose warm-up calls returned fresh storage.
+call's answer before it is read. The harness tells such a candidate apart in its warm-up calls, as many as a
+timing request holds (`Reuse`): an output whose storage an earlier call handed back while the candidate still
+holds it (a weak reference to the storage, so the warm-up keeps no output alive and reserves no memory; a
+storage freed and handed out again by the allocator is not a reuse, and neither is an input's storage, which
+differs between a request's calls). From then on it copies each timed call's outputs right after the call,
+outside the clocks and out of every dispatch mode's sight (`copy_outputs`): the copies are what the supervisor
+checks, while the launch replay still runs on the storage the kernels wrote. A call that hands back an earlier
+call's storage with the same contents did not answer its own inputs (`stale_calls`): that is still
+`result_replay` evidence, as any reused storage is for a candidate whose warm-up calls returned fresh storage.
 
-    outs = [model(*args) for _ in range(calls)]   # warm-up, kept alive together
-    if repeats(outs): copies = [copy_outputs(model(*s)) for s in sets]
+    watch = Reuse(args)
+    for _ in range(calls): watch.see(model(*args))            # the warm-up
+    if watch.found: copies = [copy_outputs(model(*s)) for s in sets]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from davinci.kernelgym.compare import flatten_outputs
 
@@ -28,19 +32,31 @@ _clone, _equal, _no_modes = torch.Tensor.clone, torch.equal, torch._C._DisableTo
 
 
 def storages(out: Any) -> set[int]:
-    """The base addresses of the storages behind an output's tensor leaves (two views of one buffer share one)."""
+    """The base addresses of the storages behind the tensor leaves of an output or an argument list (two views of
+    one buffer share one)."""
     return {t.untyped_storage().data_ptr() for t in flatten_outputs(out) if isinstance(t, torch.Tensor) and t.numel()}
 
 
-def repeats(outs: list[Any]) -> bool:
-    """Whether any two of these calls' outputs (all alive at once) share a storage."""
-    seen: set[int] = set()
-    for out in outs:
-        mine = storages(out)
-        if mine & seen:
-            return True
-        seen |= mine
-    return False
+class Reuse:
+    """Whether the calls seen hand back a storage an earlier call handed back that is still alive (`found`).
+    The outputs themselves are not kept: each storage is held by a weak reference."""
+
+    def __init__(self, inputs: Any) -> None:
+        self.inputs = storages(inputs)  # an output in an input's storage (in place) differs between sets
+        self.seen: dict[int, Any] = {}
+        self.found = False
+
+    def see(self, out: Any) -> None:
+        for t in flatten_outputs(out):
+            if not (isinstance(t, torch.Tensor) and t.numel()):
+                continue
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr in self.inputs:
+                continue
+            earlier = self.seen.get(ptr)
+            self.found = self.found or (earlier is not None and not earlier.expired())
+            self.seen[ptr] = StorageWeakRef(storage)
 
 
 def copy_outputs(out: Any) -> list[Any]:

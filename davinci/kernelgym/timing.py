@@ -183,14 +183,8 @@ class DeviceTimer:
             del out
         return events, hosts, outs
 
-    def warmup(self, fn: Callable[..., Any], args: Sequence[Any], reps: int, keep: bool = False) -> list[Any]:
-        """`reps` calls of fn(*args); with `keep`, their outputs, all held until the last call returned."""
-        outs = []
+    def warmup(self, fn: Callable[..., Any], args: Sequence[Any], reps: int) -> None:
         for _ in range(max(0, reps)):
-            out = fn(*args)
-            if keep:
-                outs.append(out)
-            del out
+            fn(*args)
         if self.cuda:
             self._sync()
-        return outs

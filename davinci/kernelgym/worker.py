@@ -61,7 +61,7 @@ from davinci.kernelgym.replay import Replay
 from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
 from davinci.kernelgym.sandbox import enter_sandbox, mark_trusted_process
-from davinci.kernelgym.static_outputs import copy_outputs, repeats, stale_calls
+from davinci.kernelgym.static_outputs import Reuse, copy_outputs, stale_calls
 from davinci.kernelgym.timing import DeviceTimer
 
 
@@ -487,11 +487,11 @@ class Harness:
         return reply, out_blobs
 
     def _warm(self, args: list[Any], reps: int, calls: int = 0) -> None:
-        """`reps` warm-up calls, at least as many as a timing request holds (`calls`), their outputs alive
-        together: one storage handed back twice makes every later timed call's outputs copied on return."""
-        outs = self.timer.warmup(self.model, args, max(reps, calls), keep=True)
-        self.static_outputs = repeats(outs)
-        del outs
+        """`reps` warm-up calls, at least as many as a timing request holds (`calls`): a storage handed back
+        again while the candidate still holds it makes every later timed call's outputs copied on return."""
+        watch = Reuse(args)
+        self.timer.warmup(lambda *a: watch.see(self.model(*a)), args, max(reps, calls))
+        self.static_outputs = watch.found
         self.timer.calibrate()
         self.warmed = True
 

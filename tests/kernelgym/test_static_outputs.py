@@ -6,18 +6,45 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from davinci.kernelgym.static_outputs import copy_outputs, repeats, stale_calls
+from davinci.kernelgym.static_outputs import Reuse, copy_outputs, stale_calls
 from davinci.kernelgym.timing import DeviceTimer
 
 
-def test_fresh_outputs_do_not_repeat_but_one_buffer_and_its_views_do():
-    assert not repeats([torch.zeros(4), torch.zeros(4), (torch.ones(2), torch.ones(2))])
-    buf = torch.zeros(2, 4)
-    assert repeats([buf[0], buf[1]])  # a double buffer stacked in one storage: its two views share it
+def _found(calls, inputs=()) -> bool:
+    watch = Reuse(list(inputs))
+    for call in calls:
+        watch.see(call())
+    return watch.found
+
+
+def test_a_storage_handed_back_while_held_is_found_and_one_freed_and_reallocated_is_not():
+    freed = torch.zeros(4)
+    address = freed.untyped_storage().data_ptr()
+    watch = Reuse([])
+    watch.see(freed)
+    del freed  # the harness drops an honest output: its storage is freed ...
+    again = torch.zeros(4)
+    watch.see(again)  # ... and whatever takes the same address next (the caching allocator's way) is new
+    assert not watch.found, again.untyped_storage().data_ptr() == address
+    assert not _found([lambda: torch.zeros(4)] * 3)
     static = torch.zeros(4)
-    assert repeats([static, static])
-    assert repeats([(torch.zeros(1), static), [static]])  # a leaf of a nested output counts too
-    assert not repeats([torch.zeros(0), torch.zeros(0)])  # empty tensors hold no storage worth a copy
+    assert _found([lambda: static] * 2)
+    buf = torch.zeros(2, 4)
+    assert _found([lambda: buf[0], lambda: buf[1]])  # a double buffer stacked in one storage: its views share it
+    assert _found([lambda: (torch.zeros(1), static), lambda: [static]])  # a leaf of a nested output counts too
+    x = torch.zeros(4)
+    assert not _found([lambda: x.relu_()] * 3, inputs=[x])  # in place: an input's storage differs between sets
+    assert not _found([lambda: torch.zeros(0)] * 2)  # empty tensors hold no storage worth a copy
+
+
+def test_the_watch_keeps_no_output_alive():
+    import weakref
+
+    out = torch.zeros(1 << 10)
+    alive = weakref.ref(out)
+    Reuse([]).see(out)
+    del out
+    assert alive() is None  # a warm-up output is freed as soon as the harness drops it (no memory reserved)
 
 
 class _Seen(TorchDispatchMode):
