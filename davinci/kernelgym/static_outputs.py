@@ -60,9 +60,11 @@ class Reuse:
 
 
 def copy_outputs(out: Any) -> list[Any]:
-    """An output's leaves, each tensor copied (the harness's own copy: no dispatch mode or record sees it)."""
+    """An output's leaves, each plain tensor copied (the harness's own copy: no dispatch mode or record sees it).
+    A tensor subclass is left as it is, so its `__torch_function__` never runs outside the clocks; the hand-over
+    refuses it (`worker._check_leaves`)."""
     with _no_modes():
-        return [_clone(t) if isinstance(t, torch.Tensor) else t for t in flatten_outputs(out)]
+        return [_clone(t) if type(t) is torch.Tensor else t for t in flatten_outputs(out)]
 
 
 def stale_calls(leaves: list[list[Any]], copies: list[list[Any]]) -> int:

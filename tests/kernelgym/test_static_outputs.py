@@ -66,6 +66,22 @@ def test_copies_are_independent_of_the_buffer_and_unseen_by_a_dispatch_mode():
     assert torch.equal(copies[0], torch.arange(4.0)) and copies[1] == 3
 
 
+class _Sneaky(torch.Tensor):
+    calls = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls += 1  # the candidate's code, run by whoever touches the tensor
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def test_the_copy_runs_no_code_of_a_tensor_subclass():
+    sneaky = torch.zeros(4).as_subclass(_Sneaky)
+    _Sneaky.calls = 0
+    copies = copy_outputs([sneaky])
+    assert _Sneaky.calls == 0 and copies[0] is sneaky  # left for the hand-over to refuse, not cloned
+
+
 def test_a_buffer_handed_back_unchanged_is_stale_and_one_rewritten_is_not():
     buf = torch.zeros(2, 4)
     leaves, copies = [], []
