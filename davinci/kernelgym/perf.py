@@ -278,7 +278,7 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
         return False
     spot_check, _ = ref(job, {"op": "check_spot", "outputs": outputs[order.index(spot)], "seed": job.timing_seed + rnd},
                         tr_blobs)
-    if acc["replay_rounds"]:  # asked for after the reply: the candidate's calls could not know (replay.py)
+    if acc["replays_rounds"]:  # asked for after the reply: the candidate's calls could not know (replay.py)
         replayed, _ = ask(job, {"op": "replay", "tag": "timed", "seed": job.timing_seed + REPLAY_SEED + rnd})
         lowest(job.unwatched_replay, unwatched(replayed, dist == "native"))
     ask(job, {"op": "release", "tags": ["timed"]})
@@ -311,7 +311,7 @@ def _setup(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[str
     setup, _ = ref(job, {"op": "timing_setup", "sets": descs["sets"] if ipc else None,
                          "twin_sets": descs.get("twin_sets") if ipc else None, "count": r})
     acc: dict[str, Any] = {"samples": {"cand": [], **{b: [] for b in live}}, "walls": {"cand": [], **{b: [] for b in live}},
-                           "replay_rounds": replays_rounds(job),
+                           "replays_rounds": replays_rounds(job),
                            "raw": {}, "ref_overhead_ms": float(setup.get("overhead_ms", 0.0)), "rotation": r,
                            "ref_launch_ms": float(setup.get("launch_overhead_ms", 0.0)), "allowance_ms": 0.0}
     _warm(job, sets, sides)

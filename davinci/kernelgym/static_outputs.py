@@ -31,10 +31,15 @@ from davinci.kernelgym.compare import flatten_outputs
 _clone, _equal, _no_modes = torch.Tensor.clone, torch.equal, torch._C._DisableTorchDispatch
 
 
+def _held(out: Any) -> list[Any]:
+    """The untyped storages behind the non-empty tensor leaves of an output or an argument list."""
+    return [t.untyped_storage() for t in flatten_outputs(out) if isinstance(t, torch.Tensor) and t.numel()]
+
+
 def storages(out: Any) -> set[int]:
     """The base addresses of the storages behind the tensor leaves of an output or an argument list (two views of
     one buffer share one)."""
-    return {t.untyped_storage().data_ptr() for t in flatten_outputs(out) if isinstance(t, torch.Tensor) and t.numel()}
+    return {s.data_ptr() for s in _held(out)}
 
 
 class Reuse:
@@ -47,10 +52,7 @@ class Reuse:
         self.found = False
 
     def see(self, out: Any) -> None:
-        for t in flatten_outputs(out):
-            if not (isinstance(t, torch.Tensor) and t.numel()):
-                continue
-            storage = t.untyped_storage()
+        for storage in _held(out):
             ptr = storage.data_ptr()
             if ptr in self.inputs:
                 continue
@@ -72,14 +74,11 @@ def stale_calls(leaves: list[list[Any]], copies: list[list[Any]]) -> int:
     bit for bit: the storage was handed back without being written for the new inputs.
 
     leaves[j], copies[j]: call j's output leaves as returned, and their copies taken right after call j."""
+    owned = [storages(call) for call in leaves]
     stale = 0
     with _no_modes():
         for j in range(1, len(leaves)):
-            mine = storages(leaves[j])
-            for i in range(j):
-                if mine & storages(leaves[i]) and _same(copies[i], copies[j]):
-                    stale += 1
-                    break
+            stale += any(owned[j] & owned[i] and _same(copies[i], copies[j]) for i in range(j))
     return stale
 
 

@@ -348,14 +348,7 @@ class Harness:
             shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves]),
                       "input_share_raw": self._input_share_raw(sets)}
             self.stores.clear()
-        if copies is None:
-            ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
-            reused = len(ptrs) - len(set(ptrs))
-        elif h.get("accounted"):  # audit A: the comparison's own ops (eq, all on a GPU) would count as
-            reused = 0               # PyTorch's work out of the mode's sight; the round's spot check remains
-        else:
-            with self.timer.harness():
-                reused = stale_calls(leaves, copies)
+        reused = self._reused(leaves, copies, bool(h.get("accounted")))
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "launched_after": handed["late"], "outputs": handed["outputs"], "launches": launches,
                 "reused_storage": reused, "threads": [*before, *guards.thread_counts()],
@@ -387,6 +380,17 @@ class Harness:
                 if prov is not None:
                     prov.calling = False
         return call, launches, captured
+
+    def _reused(self, leaves: list[list[Any]], copies: list[list[Any]] | None, accounted: bool) -> int:
+        """Timed calls that handed back an earlier call's storage: any, unless the warm-up found static outputs
+        (`copies`); then those whose contents did not change (static_outputs.stale_calls)."""
+        if copies is None:
+            ptrs = [x[0].data_ptr() for x in leaves if x and isinstance(x[0], torch.Tensor)]
+            return len(ptrs) - len(set(ptrs))
+        if accounted:  # audit A: the comparison's own ops (eq, all on a GPU) would count as PyTorch's work out
+            return 0   # of the mode's sight; the round's spot check remains
+        with self.timer.harness():
+            return stale_calls(leaves, copies)
 
     def _copy(self, out: Any) -> list[Any]:
         with self.timer.harness():  # the harness's own device work (a profiled round leaves it out)
