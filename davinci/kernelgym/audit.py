@@ -11,7 +11,9 @@ the same input sets, fresh inputs, the same harness path; their samples are neve
              spot-checked output that no longer matches is `torch_compute`, an output the kernels did not store
              or values of unknown origin are `host_compute`; a request that took far longer than the
              scored rounds (10x their median wall + 5 ms) means the candidate behaves differently when it can
-             see it is watched (`watched_behaviour`);
+             see it is watched (`watched_behaviour`). When only its op digests would flag (what Python decided
+             changed between its calls), more requests like it follow until the window holds
+             AUDIT_WINDOW_CALLS calls (`_more_calls`): a state rotating with the call count repeats there;
     audit B  (GPU) the calls under torch.profiler: every kernel and copy of timed calls, for the coverage and
              decoy checks (CUPTI stays attached afterwards, so this is the last request timed at all);
     audit U  (before A) a request with nothing switched on that torch can report (no dispatch mode, no
@@ -42,7 +44,7 @@ from typing import Any
 
 from davinci.kernelgym import replay
 from davinci.kernelgym.accounting import torch_verdict
-from davinci.kernelgym.hostdata import provenance_from, provenance_record
+from davinci.kernelgym.hostdata import Record, merge_records, ops_only, provenance_from, provenance_record
 from davinci.kernelgym.job import KERNEL_SHARE_MIN, Job, ask, fresh_inputs, hidden_evidence, ref
 
 Shares = dict[str, float | None]  # by SHARE_WORDS name
@@ -51,6 +53,9 @@ AUDIT_SEED = 1 << 21
 # behaves differently when watched. Honest code pays the dispatch mode's microseconds per op and, on the CPU,
 # the store record: up to 3.3x measured for Triton-interpreter kernels on a loaded 2-core box.
 WATCHED_RATIO, WATCHED_SLACK_MS = 10.0, 5.0
+# Calls in audit A's window when its op digests alone would flag it (`_more_calls`): an honest state that rotates
+# with the call count (a round-robin start row, honest_v2_rt4_rr_rows) repeats within this many calls.
+AUDIT_WINDOW_CALLS = 16
 
 
 def _request(job: Job, sets: list[str], rng: random.Random, n: int, limit: float | None, then_replay: bool = False,
@@ -161,7 +166,12 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
                                                              (job.info.get("work") or {}).get("torch_work"),
                                                              *hidden_evidence(reply))
     if reply.get("ok"):  # data the host made is counted unless the accounting calls saw the same (a constant)
-        ev.host_compute = ev.host_compute or provenance_from(provenance_record(reply), job.prov_seen, job.prov_codes)
+        record = provenance_record(reply)
+        verdict = provenance_from(record, job.prov_seen, job.prov_codes)
+        window = ops_only(record, job.prov_seen, job.prov_codes) and not ev.host_compute
+        ev.host_compute = ev.host_compute or verdict  # stands if the window cannot clear it (time, a failure)
+        if window and _more_calls(job, sets, rng, limit, record, wall / 1e3):
+            ev.host_compute = None
     share = reply.get("kernel_share")
     if share is not None and share < KERNEL_SHARE_MIN:
         ev.host_compute = ev.host_compute or (
@@ -196,3 +206,28 @@ def audit_rounds(job: Job, sets: list[str], rng: random.Random, acc: dict[str, A
         _poisoned(job, sets, rng, acc, limit, unwatched)
     if profile and job.lane.cuda:
         _profiled(job, sets, rng)
+
+
+def _more_calls(job: Job, sets: list[str], rng: random.Random, limit: float | None, first: Record,
+                wall_s: float) -> bool:
+    """Whether audit A's record, over a window of AUDIT_WINDOW_CALLS calls, clears the op digests that alone
+    flagged it: more requests like audit A, each on fresh inputs, their records judged as one
+    (`hostdata.merge_records`). Two calls cannot tell the numbers of a state that changes every call (a rotating
+    start row) from numbers the data decided; over the window a state repeats and data does not. False, and audit
+    A's own verdict stands, when the window would not fit before the deadline (each request costs about audit A's
+    `wall_s`), or a request fails or its spot-checked answer changed (then also `torch_compute`, as in audit A)."""
+    more = -(-AUDIT_WINDOW_CALLS // max(1, len(sets))) - 1
+    if time.monotonic() + 2.0 * more * wall_s > job.run_deadline:
+        return False
+    records = [first]
+    for k in range(more):
+        reply, _, _, comparison = _request(job, sets, rng, 8 + k, limit, audit=True)
+        record = provenance_record(reply) if reply.get("ok") else None
+        if record is None or not comparison or not comparison["ok"]:
+            reason = comparison.get("reason") if comparison else "the call failed"
+            job.evidence.torch_compute = job.evidence.torch_compute or (
+                f"a timed call of a longer audit window failed or changed its answer once PyTorch's own results were "
+                f"poisoned ({reason})")
+            return False
+        records.append(record)
+    return provenance_from(merge_records(records, len(sets)), job.prov_seen, job.prov_codes) is None

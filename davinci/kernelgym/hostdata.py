@@ -14,8 +14,9 @@ counts; audit A (audit.py) is judged against what both accounting calls saw and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Sequence
 
 from davinci.kernelgym.provenance import MAX_EVENTS, MAX_OPS, UNEXPLAINED_SHARE
 
@@ -142,6 +143,65 @@ def provenance_from(record: Record | None, constant: set[str] = frozenset(), cod
     if record is None:
         return None
     return provenance_verdict(record, constant) or code_verdict(record, codes)
+
+
+def ops_only(record: Record | None, constant: set[str] = frozenset(), codes: set[str] = frozenset()) -> bool:
+    """Whether a record's verdict rests on its op digests alone: it flags, and would not without its ops (its data
+    events and its kernels' code pass). Only then can more calls (`merge_records`) tell a rotating state apart.
+
+    >>> sizes = lambda c, d: ("slice", d, 8, c)
+    >>> ops_only(Record((), 8, ops=(sizes(0, "a"), sizes(1, "b"))))
+    True
+    >>> ops_only(Record((("e" * 32, 8, "...", 0),), 8, ops=(sizes(0, "a"), sizes(1, "b"))))  # host data too
+    False
+    """
+    if record is None or provenance_from(record, constant, codes) is None:
+        return False
+    return provenance_from(replace(record, ops=()), constant, codes) is None
+
+
+def merge_records(records: Sequence[Record], calls: int) -> Record:
+    """The records of several audit requests, `calls` calls each, as one record (audit._more_calls): call c of the
+    k-th becomes call k * calls + c (-1, outside any call, stays). Every call has its own inputs, so data does not
+    repeat, and a state that rotates with the call count does within the window. Two rules keep the window from
+    excusing what two calls would not:
+      - an op counts as repeated only where a whole call repeats: the ops of a call whose set of op digests no other
+        call of the window shares are made unique (`_whole_calls`). One op per bit of the answer, each with one of
+        two digests, repeats op by op over 16 calls; the bits together do not (cheats_v2/c2_fb_rt5_bit_glue_rowsum);
+      - what stays unexplained is weighed against the first record's outputs, not the window's: a longer window
+        must not dilute one call's host-made data below UNEXPLAINED_SHARE (cheats_v2/c2_fb_rt5_replayed_glue_rowsum).
+
+    >>> a = Record((("d" * 32, 4, "w", 0),), 8, ops=(("slice", "s0", 8, 1),))
+    >>> b = Record((("d" * 32, 4, "w", 1),), 8, ops=(("slice", "s0", 8, 0),))
+    >>> m = merge_records([a, b], 2)
+    >>> [c for *_, c in m.ops], m.repeated == {"d" * 32}, m.output_elements
+    ([1, 2], True, 8)
+    """
+    def at(c: int, k: int) -> int:
+        return c if c < 0 else k * calls + c
+
+    first = records[0]
+    ops = tuple(o[:3] + (at(o[3], k),) for k, r in enumerate(records) for o in r.ops)
+    return Record(tuple(e[:3] + (at(e[3], k),) for k, r in enumerate(records) for e in r.events),
+                  first.output_elements, any(r.unhooked for r in records), any(r.overflow for r in records),
+                  frozenset().union(*(r.codes for r in records)), _whole_calls(ops))
+
+
+def _whole_calls(ops: tuple[tuple[str, str, int, int], ...]) -> tuple[tuple[str, str, int, int], ...]:
+    """`ops` with the digests of each call whose whole set of (op, digest) no other call shares made unique to that
+    call, all of them: an op that a repeated call ran too is no excuse, since a candidate could run every value's
+    op in some calls, honestly computing there, and a subset of them as data in the others.
+
+    >>> bit = lambda c, i, b: ("fill_", f"{i}:{b}", 1, c)
+    >>> [d for _, d, _, _ in _whole_calls((bit(0, 0, 1), bit(0, 1, 0), bit(1, 0, 1), bit(1, 1, 1), bit(2, 0, 1),
+    ...  bit(2, 1, 0)))]  # calls 0 and 2 repeat, call 1 does not
+    ['0:1', '1:0', '0:1@1', '1:1@1', '0:1', '1:0']
+    """
+    sets: dict[int, frozenset[tuple[str, str]]] = {}
+    for name, d, _, c in ops:
+        sets[c] = sets.get(c, frozenset()) | {(name, d)}
+    seen = Counter(sets.values())
+    return tuple((name, d if seen[sets[c]] >= 2 else f"{d}@{c}", n, c) for name, d, n, c in ops)
 
 
 def accounting_verdict(job: Job) -> str | None:

@@ -19,7 +19,7 @@ tl = pytest.importorskip("triton.language")
 
 from davinci.kernelgym import guards  # noqa: E402
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder  # noqa: E402
-from davinci.kernelgym.hostdata import Record, provenance_verdict  # noqa: E402
+from davinci.kernelgym.hostdata import Record, merge_records, ops_only, provenance_verdict  # noqa: E402
 from davinci.kernelgym.provenance import Provenance  # noqa: E402
 
 N = 64
@@ -303,3 +303,67 @@ def test_an_op_run_in_one_call_only_counts():
     assert op_events(Record((), 128, ops=ops)) == []
     odd_even = (*ops, ("slice", "s", 3, 1), ("select", "t", 3, 2))
     assert [n for n, _ in op_events(Record((), 128, ops=odd_even))] == [3, 3]
+
+
+def _start_row(call: int, start: int) -> tuple[str, str, int, int]:
+    """A `slice` op whose number is a start row: (op, digest, weight, call)."""
+    return ("slice", f"start-{start}", 2, call)
+
+
+def test_a_rotating_start_repeats_over_a_window_of_calls_and_data_does_not():
+    # a start row rotating over 4 rows, two calls per request: two calls never repeat, four requests do
+    requests = [Record((), 8, ops=(_start_row(0, (2 * k) % 4), _start_row(1, (2 * k + 1) % 4))) for k in range(4)]
+    assert ops_only(requests[0])                                    # flagged by its op digests alone
+    merged = merge_records(requests, 2)
+    assert [c for *_, c in merged.ops] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert provenance_verdict(merged) is None                       # every start seen in two calls
+    # a number the data decided: a new one in every call of every request
+    data = [Record((), 8, ops=(_start_row(0, 10 * k), _start_row(1, 10 * k + 1))) for k in range(4)]
+    assert provenance_verdict(merge_records(data, 2)).startswith("16 elements came from the host")
+
+
+def test_the_window_weighs_what_stays_unexplained_against_one_request_outputs():
+    # 16 calls with the same ops; the last one adds a number no call repeats
+    calls = [[_start_row(c % 2, 0)] for c in range(15)] + [[_start_row(1, 0), _start_row(1, 99)]]
+    requests = [Record((), 200, ops=tuple(calls[2 * k] + calls[2 * k + 1])) for k in range(8)]
+    merged = merge_records(requests, 2)
+    assert merged.output_elements == 200                            # not 8 x 200: 4 elements stay >= 1% of 200
+    assert provenance_verdict(merged).startswith("4 elements came from the host")   # the whole last call
+
+
+def test_in_a_window_ops_repeat_only_where_a_whole_call_repeats():
+    # one op per bit, each of two digests per position: every op is seen twice over the window, no call is
+    bits = [[0, 1], [1, 1], [0, 0], [1, 0], [0, 1], [1, 1], [0, 0], [1, 0]]
+    ops = lambda c, b: tuple(("fill_", f"{i}:{v}", 1, c) for i, v in enumerate(b))  # noqa: E731
+    distinct = [Record((), 8, ops=ops(0, bits[2 * k]) + ops(1, bits[2 * k + 1])) for k in range(2)]
+    assert provenance_verdict(merge_records(distinct, 2)).startswith("8 elements came from the host")
+    repeated = [Record((), 8, ops=ops(0, bits[0]) + ops(1, bits[1])) for _ in range(2)]   # a period of 2 calls
+    assert provenance_verdict(merge_records(repeated, 2)) is None
+
+
+def test_a_record_with_host_data_or_tampering_gets_no_window():
+    ops = (_start_row(0, 0), _start_row(1, 1))
+    assert not ops_only(Record((("e" * 32, 8, "kernel k loaded 8 elements", 0),), 8, ops=ops))
+    assert not ops_only(Record((), 8, unhooked=True, ops=ops))
+    assert not ops_only(Record((), 8, ops=(_start_row(0, 0), _start_row(1, 0))))   # nothing flags
+    assert not ops_only(None)
+    assert merge_records([Record((), 8), Record((), 8, overflow=True)], 2).overflow
+
+
+def test_a_window_that_would_not_fit_before_the_deadline_is_not_run_and_audit_a_stands(monkeypatch):
+    import random
+    import time
+    from types import SimpleNamespace
+
+    from davinci.kernelgym import audit
+
+    asked = []
+    monkeypatch.setattr(audit, "_request", lambda *a, **k: asked.append(a) or ({}, [], 0.0, {}))
+    job = SimpleNamespace(run_deadline=time.monotonic() + 1.0, prov_seen=set(), prov_codes=set(),
+                          evidence=SimpleNamespace(torch_compute=None))
+    first = Record((), 8, ops=(_start_row(0, 0), _start_row(1, 1)))
+    assert not audit._more_calls(job, ["t0", "t1"], random.Random(0), None, first, wall_s=0.2)  # 7 x 0.2 x 2 > 1 s
+    assert asked == []
+    job.run_deadline = time.monotonic() + 60.0                       # fits, but the first request fails
+    assert not audit._more_calls(job, ["t0", "t1"], random.Random(0), None, first, wall_s=0.2)
+    assert len(asked) == 1 and "failed" in job.evidence.torch_compute
