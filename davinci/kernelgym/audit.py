@@ -168,7 +168,7 @@ def _poisoned(job: Job, sets: list[str], rng: random.Random, acc: dict[str, Any]
     if reply.get("ok"):  # data the host made is counted unless the accounting calls saw the same (a constant)
         record = provenance_record(reply)
         verdict = provenance_from(record, job.prov_seen, job.prov_codes)
-        window = ops_only(record, job.prov_seen, job.prov_codes) and not ev.host_compute
+        window = verdict is not None and not ev.host_compute and ops_only(record, job.prov_seen, job.prov_codes)
         ev.host_compute = ev.host_compute or verdict  # stands if the window cannot clear it (time, a failure)
         if window and _more_calls(job, sets, rng, limit, record, wall / 1e3):
             ev.host_compute = None
