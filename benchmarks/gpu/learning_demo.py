@@ -56,7 +56,9 @@ benchmarks/results/cpu/learning*/):
   GPU host). `check_evaluator` stops a run whose evaluator rejects the reference solutions (an environment that
   fails every candidate would read as a model that learnt nothing).
 - RL's step: lr 5e-4 without warmup diverged (KL to SFT up to 10^5 per token); a race against continued SFT is
-  fair only once SFT has stopped gaining on its own data (--sft-n, --calib-target above 1 to train to the plateau).
+  fair only once SFT has stopped gaining on its own data (--sft-n, --calib-target above 1 and --calib-patience:
+  a fixed SFT length is no plateau: 500 steps left one split's start at loss 0.097 and calibration 0.09, and
+  continued SFT then gained +0.39 held out, benchmarks/results/h200x2/learning_300/).
 """
 
 from __future__ import annotations
@@ -111,6 +113,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "default 32, 0 with --smoke-cpu)")
     ap.add_argument("--calib-target", type=float, default=0.3)
     ap.add_argument("--calib-check", type=int, default=100, help="SFT steps between calibration checks (~15 s each on a GPU)")
+    ap.add_argument("--calib-patience", type=int, default=0,
+                    help="also stop SFT once this many calibration checks in a row brought no gain over the best before "
+                         "them, after it solved some (a plateau: continued SFT is the control for what more SFT gives); "
+                         "0: off, stop at --calib-target or --sft-steps only")
     ap.add_argument("--sft-lr", type=float, default=2e-3, help="SFT learning rate (the tiny profile's 5e-3 suits its 1.5M model)")
     ap.add_argument("--sft-batch", type=int, default=32, help="SFT examples per step (answers are ~45 tokens)")
     ap.add_argument("--device", default="cuda", help="where the model trains and generates")
@@ -216,16 +222,31 @@ def sft(profile: Any, train: list[Any], work: Path, out: Path, start: Path | Non
     return backbone.save(work), stats.steps
 
 
-def calibration_stop(profile: Any, calib: list[Any], work: Path, out: Path, every: int, target: float) -> Any:
+def plateaued(rates: list[float], patience: int) -> bool:
+    """Whether the last `patience` calibration rates gained nothing over the best rate before them, once some rate
+    is above 0 (a model that solves nothing yet has not plateaued: early checks sit at 0 while SFT learns the
+    format). `patience` 0 never stops."""
+    if patience <= 0 or len(rates) <= patience or max(rates) <= 0.0:
+        return False
+    return max(rates[-patience:]) <= max(rates[:-patience])
+
+
+def calibration_stop(profile: Any, calib: list[Any], work: Path, out: Path, every: int, target: float,
+                     patience: int = 0) -> Any:
     """stop(steps, backbone) for `sft`: every `every` steps, the greedy correctness on the calibration split;
-    True once it reaches `target`. The held-out split is never looked at; the curve goes to the log."""
+    True once it reaches `target`, or once it has plateaued (`plateaued`, with `patience`). The held-out split is
+    never looked at; the curve goes to the log."""
+    rates: list[float] = []
+
     def stop(steps: int, backbone: Any) -> bool:
         if not calib or steps % every:
             return False
         backbone.model.eval()
-        rate = sum(correct_with(profile, backbone, calib, work / f"calib_{steps:05d}", out)) / len(calib)
-        log(out, f"calibration after {steps} SFT steps: {rate:.3f} of {len(calib)} (stop at {target:.2f})")
-        return rate >= target
+        rates.append(sum(correct_with(profile, backbone, calib, work / f"calib_{steps:05d}", out)) / len(calib))
+        flat = plateaued(rates, patience)
+        log(out, f"calibration after {steps} SFT steps: {rates[-1]:.3f} of {len(calib)} (stop at {target:.2f}"
+                 + (f" or after {patience} checks without gain" if patience else "") + ("; plateau: stop" if flat else "") + ")")
+        return rates[-1] >= target or flat
     return stop
 
 
@@ -565,7 +586,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     log(out, f"{len(train)} SFT, {len(rl_pool)} RL pool ({'shared' if rl_pool is train else 'disjoint'}), "
              f"{len(calib)} calibration, {len(held)} held out (split by {args.split}), probe "
              f"{args.probe} per epoch ({args.probe_sets}: {distinct} distinct)")
-    stop = calibration_stop(profile, calib, work / "calibration", out, args.calib_check, args.calib_target) if calib else None
+    stop = calibration_stop(profile, calib, work / "calibration", out, args.calib_check, args.calib_target,
+                            args.calib_patience) if calib else None
     mine = set(args.stages.split(",")) - {""} or set(STAGES)
     if mine - set(STAGES):
         raise SystemExit(f"--stages {args.stages}: unknown {sorted(mine - set(STAGES))}; stages: {', '.join(STAGES)}")

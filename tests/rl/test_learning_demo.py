@@ -116,3 +116,45 @@ def test_sampled_table_hand_computed():
     got = demo.sampled_table({"before": [0.0, 0.5], "rl": [0.5, 1.0], "sft": [0.0, 0.0], "flipped": [1.0, 0.0]}, args)
     assert got == {"sampled_k": 2, "sampled_before": 0.25, "sampled_after": 0.75, "sampled_after_minus_before": 0.5,
                    "sampled_ci95_low": 0.5, "sampled_ci95_high": 0.5, "sampled_control_sft": 0.0, "sampled_control_flipped": 0.5}
+
+
+def _demo_module():
+    spec = importlib.util.spec_from_file_location("learning_demo_plateau", SCRIPT)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)  # type: ignore[union-attr]
+    return demo
+
+
+@pytest.mark.parametrize("rates, patience, stops", [
+    # the H100 run's calibration curve (steps 100-500): still rising at its last check, then two checks below 0.531
+    ([0.0, 0.0, 0.406, 0.531, 0.5], 2, False),
+    ([0.0, 0.0, 0.406, 0.531, 0.5, 0.52], 2, True),
+    # the 300-held-out run's curve: rising at step 500, where the fixed length stopped it
+    ([0.0, 0.0, 0.0, 0.062, 0.094], 2, False),
+    ([0.0, 0.0, 0.0, 0.0], 2, False),              # nothing solved yet: the format is still being learnt
+    ([0.3, 0.3, 0.3], 2, True),                    # flat above 0: no gain over the first check
+    ([0.3, 0.2, 0.1, 0.4], 2, False),              # a new best inside the window
+    ([0.5, 0.5, 0.5, 0.5], 0, False),              # patience 0: the plateau stop is off
+])
+def test_plateau_stop_from_hand_made_calibration_curves(rates, patience, stops):
+    assert _demo_module().plateaued(rates, patience) is stops
+
+
+def test_calibration_stop_ends_sft_at_the_plateau(tmp_path, monkeypatch):
+    """The stop `sft` calls: checked every 100 steps, it ends SFT at the second check without gain (patience 2),
+    not at the target (1.01: never reached), and logs why. The calibration scores are scripted (a stand-in for
+    the evaluator: this tests the stop rule, not the scoring)."""
+    demo = _demo_module()
+    scripted = iter([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0]])
+    monkeypatch.setattr(demo, "correct_with", lambda *a, **k: next(scripted))
+
+    class Backbone:
+        class model:
+            @staticmethod
+            def eval():
+                return None
+
+    stop = demo.calibration_stop(None, ["p"] * 4, tmp_path, tmp_path, every=100, target=1.01, patience=2)
+    assert [stop(s, Backbone) for s in (50, 100, 200, 300, 350)] == [False, False, False, False, False]
+    assert stop(400, Backbone) is True  # 0.5 at step 200 is the best; 300 and 400 brought nothing above it
+    assert "plateau: stop" in (tmp_path / "learning_log.txt").read_text()
