@@ -3,9 +3,10 @@
 The worker sends each record's events (a digest of the data, elements, what, which call) and the digests of the
 kernels it launched; `read_record` turns them into a typed `Record`, and a malformed one reads as tampered with.
 Data that is the same on other inputs is a constant (a table or a float built per call), so the accounting call
-that would flag is run once more on other inputs (`accounting_verdict`, `_other_inputs`) and only what changes
-counts; audit A (audit.py) is judged against what both accounting calls saw and against its own calls
-(`provenance_from`). What still counts flags from one element and UNEXPLAINED_SHARE of the output.
+that would flag is run once more on other inputs (`accounting_verdict`, `_other_inputs`), the calls judged as one
+record (`merge_records`: their op digests too, so glue whose numbers the data decided flags before any timing), and
+only what changes counts; audit A (audit.py) is judged against what the accounting calls saw and against its own
+calls (`provenance_from`). What still counts flags from one element and UNEXPLAINED_SHARE of the output.
 
     job.last_record = provenance_record(reply["evidence"])
     job.evidence.host_compute = accounting_verdict(job)      # after the accounting call
@@ -14,6 +15,7 @@ counts; audit A (audit.py) is judged against what both accounting calls saw and 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Sequence
@@ -204,31 +206,49 @@ def _whole_calls(ops: tuple[tuple[str, str, int, int], ...]) -> tuple[tuple[str,
     return tuple((name, d if seen[sets[c]] >= 2 else f"{d}@{c}", n, c) for name, d, n, c in ops)
 
 
+# The accounting calls judged as one record at most (`accounting_verdict`): a state rotating with the call count
+# repeats within them, data does not (audit.AUDIT_WINDOW_CALLS, the same window for audit A)
+ACCOUNTING_WINDOW_CALLS = 16
+
+
 def accounting_verdict(job: Job) -> str | None:
-    """The accounting call's provenance verdict. Data the host made that would flag it is looked at again on
-    other inputs (a second accounting call, `_other_inputs`): what is the same there (a constant table built per
-    call, a float constant) is not counted. The digests seen are kept for audit A's verdict."""
+    """The accounting calls' provenance verdict, before any timing. Data the host made, or op digests (what Python
+    decided for the glue) that would flag the first call are looked at again on other inputs (a second accounting
+    call, `_other_inputs`), the two records judged as one (`merge_records`): what is the same there (a constant table
+    built per call, a float constant, sizes) is not counted. When op digests alone still flag, more calls on other
+    inputs follow, up to ACCOUNTING_WINDOW_CALLS, while they fit before the deadline: a rotating state repeats
+    there. Judging the glue's numbers here, not only in audit A after the scored rounds, keeps a candidate that
+    stalls in a timed round before the audits from leaving its glue unjudged (cheats_v2/c2_fb_glue_split_hang).
+    The digests seen are kept for audit A's verdict."""
     first = job.last_record
     if first is None:
         return None
     job.prov_seen |= first.digests
     job.prov_codes |= first.codes
-    if not first.events or provenance_verdict(first) is None:
-        return provenance_verdict(first)
-    second, answered = _other_inputs(job)
-    if not answered:  # a constant must be the same on inputs whose answer is checked: data replayed is not
-        return ("on other inputs the accounting call's answer was wrong: the data the host made for the first "
-                "call was not computed for these")
-    if second is None:
-        return provenance_verdict(first)
-    job.prov_seen |= second.digests
-    return provenance_verdict(first, second.digests) or provenance_verdict(second, first.digests) or \
-        code_verdict(second, first.codes)
+    if provenance_verdict(first) is None:
+        return None
+    records: list[Record] = [first]
+    while True:
+        t0 = time.monotonic()
+        more, answered = _other_inputs(job, f"provenance{len(records) - 1 or ''}")
+        if not answered:  # a constant must be the same on inputs whose answer is checked: data replayed is not
+            return ("on other inputs the accounting call's answer was wrong: the data the host made for the first "
+                    "call was not computed for these")
+        if more is None:
+            return provenance_verdict(merge_records(records, 2))
+        job.prov_seen |= more.digests
+        records.append(more)
+        merged = merge_records(records, 2)
+        verdict = provenance_verdict(merged) or code_verdict(more, first.codes)
+        took = time.monotonic() - t0
+        if verdict is None or not ops_only(merged) or len(records) >= ACCOUNTING_WINDOW_CALLS or \
+                time.monotonic() + 2.0 * took > job.run_deadline:
+            return verdict
 
 
-def _other_inputs(job: Job) -> tuple[Record | None, bool]:
-    """One more accounting call on other inputs: its provenance record (None if it sent none) and whether its
-    answer matched the reference (a forward that failed or answered wrong did not)."""
+def _other_inputs(job: Job, label: str = "provenance") -> tuple[Record | None, bool]:
+    """One more accounting call on other inputs (seeded by `label`): its provenance record (None if it sent none)
+    and whether its answer matched the reference (a forward that failed or answered wrong did not)."""
     from davinci.kernelgym.job import POISON, _run_once, ask, derive_seed, ref  # job.py imports this module
 
     slot = tag = "acct2"
@@ -237,7 +257,7 @@ def _other_inputs(job: Job) -> tuple[Record | None, bool]:
     alloc, _ = ask(job, {"op": "alloc", "slot": slot, "spec": job.info["spec"]})
     if not alloc.get("ok"):
         return None, True
-    trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": derive_seed(job.trial_seeds[0], "provenance"),
+    trial, fill_blobs = ref(job, {"op": "trial", "name": slot, "seed": derive_seed(job.trial_seeds[0], label),
                                   "dist": "native", "targets": alloc.get("descs")})
     saved = (job.error_kind, job.error)
     check = _run_once(job, slot, tag, POISON[0], trial.get("fill"), fill_blobs, account=True)

@@ -31,16 +31,18 @@ itself (`events`):
     (Python or NumPy run from inside the interpreted kernel; `frontend.py` refuses such kernels first);
   - each value read into Python (`item()`), each number a fill writes (`fill_`, `full`), and each float argument
     of a launch, inside tuples too and under any keyword that names a kernel parameter (in audit A, whose calls
-    each have their own inputs, each integer argument too, and where each tensor argument points within its
-    storage: sizes, strides and offsets are the same in every call);
+    each have their own inputs, and in the accounting calls, compared with each other, each integer argument too,
+    and where each tensor argument points within its storage: sizes, strides and offsets are the same in every
+    call);
   - the returned output, checked the same way.
 The digest of unknown data covers every argument storage the loads fell in, whole; loads past every argument, and
 events past the cap, get digests nothing shares. The record also keeps a digest of each launched kernel's code and
 compile-time constants (`codes`): a kernel generated per call with the data baked in differs on other inputs
 (`hostdata.code_verdict`).
 `hostdata.provenance_verdict` counts the events whose data is not the same on other inputs (`hostdata.accounting_verdict`
-runs the accounting call again on other inputs when the first record would flag, and audit A compares with what
-both accounting calls saw, and across its own calls): a table or a float constant built per call is not host
+runs the accounting call again on other inputs when the first record would flag, its ops and integer arguments
+included, and judges the calls as one record; audit A compares with what the accounting calls saw, and across its
+own calls): a table or a float constant built per call is not host
 compute; data that changes with the inputs is, from one element and 1% of the output up.
 
 Choices:
@@ -307,12 +309,12 @@ class Provenance:
         return ("state", self._roots[start])
 
     def _op_shape(self, name: str, args: Any, kwargs: Any, out: Any) -> None:
-        """In a record of several calls (audit A): what Python decided about an op, views and glue included: its
-        numbers (split sizes, indices, shapes) and where each tensor argument points (its storage's origin, offset,
-        shape, strides: which pieces a `cat` joins, from which storage, `out=` too) and how often it ran so in the
-        call. Honest code decides the same on every input of one shape; an op whose decision changes with the inputs
-        passes host-made data through glue alone (hostdata.op_events). Each entry weighs what Python decided: one
-        element per number and per tensor argument."""
+        """In a record whose calls are compared (audit A's; the accounting calls'): what Python decided about an op,
+        views and glue included: its numbers (split sizes, indices, shapes) and where each tensor argument points
+        (its storage's origin, offset, shape, strides: which pieces a `cat` joins, from which storage, `out=` too)
+        and how often it ran so in the call. Honest code decides the same on every input of one shape; an op whose
+        decision changes with the inputs passes host-made data through glue alone (hostdata.op_events). Each entry
+        weighs what Python decided: one element per number and per tensor argument."""
         t0 = _clock()
         numbers = _numbers([a for a in [*args, *(kwargs or {}).values()] if not isinstance(a, torch.Tensor)])
         tensors = tensors_in(list(args)) + tensors_in(dict(sorted((kwargs or {}).items())))

@@ -219,10 +219,16 @@ class Harness:
         try:
             if mode is not None:
                 elements = mode.track_inputs(slot)
-                prov = self._provenance(mode, slot)
+                # the call's ops and integer arguments digested too, so that the supervisor can compare them with
+                # an accounting call on other inputs (hostdata.accounting_verdict)
+                prov = self._provenance(mode, slot, int_args=True)
                 self.stores.start()
+                if prov is not None:
+                    prov.begin_call(slot)
                 with accounted(mode) as hidden:
                     out = self.model(*slot)
+                if prov is not None:
+                    prov.calling = False
                 self.stores.stop()
             else:
                 out = self.model(*slot)
@@ -269,13 +275,15 @@ class Harness:
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
         return reply, out_blobs
 
-    def _provenance(self, mode: PoisonMode, slot: list[Any], calls: int = 1) -> Provenance | None:
+    def _provenance(self, mode: PoisonMode, slot: list[Any], calls: int = 1,
+                    int_args: bool = False) -> Provenance | None:
         """CPU: vouch for the forward's starting state (inputs, the model, its module's globals) and watch what
         every op and launch reads from here on (provenance.py)."""
         if not self.stores.installed:
             return None
-        # one key per process: records compare by digest; integer launch arguments where calls compare
-        prov = Provenance(self.stores, key=self.prov_key, int_args=calls > 1)
+        # one key per process: records compare by digest; integer launch arguments and op digests where calls
+        # compare (audit A's calls; the accounting calls, with each other)
+        prov = Provenance(self.stores, key=self.prov_key, int_args=int_args or calls > 1)
         prov.snapshot([slot, self.model, module_globals(self.model)])
         mode.provenance = self.rec.provenance = prov
         return prov

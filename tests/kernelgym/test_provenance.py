@@ -367,3 +367,59 @@ def test_a_window_that_would_not_fit_before_the_deadline_is_not_run_and_audit_a_
     job.run_deadline = time.monotonic() + 60.0                       # fits, but the first request fails
     assert not audit._more_calls(job, ["t0", "t1"], random.Random(0), None, first, wall_s=0.2)
     assert len(asked) == 1 and "failed" in job.evidence.torch_compute
+
+
+def _accounting_job(first: Record, seconds: float = 60.0):
+    import time
+    from types import SimpleNamespace
+
+    return SimpleNamespace(last_record=first, prov_seen=set(), prov_codes=set(),
+                           run_deadline=time.monotonic() + seconds)
+
+
+def _scripted_calls(monkeypatch, records: list) -> list[str]:
+    """hostdata._other_inputs answering from `records` in turn ((record, answered) each); returns the labels asked."""
+    from davinci.kernelgym import hostdata
+
+    asked: list[str] = []
+    replies = iter(records)
+    monkeypatch.setattr(hostdata, "_other_inputs", lambda job, label="provenance": asked.append(label) or next(replies))
+    return asked
+
+
+def _split(call: int, sizes: str) -> tuple[str, str, int, int]:
+    """A `split_with_sizes` op whose sizes Python decided: (op, digest, weight 8, call)."""
+    return ("split_with_sizes", sizes, 8, call)
+
+
+def test_the_accounting_calls_judge_glue_numbers_before_timing(monkeypatch):
+    # split sizes from the data: the second call on other inputs has other sizes, so both calls' ops count
+    from davinci.kernelgym.hostdata import accounting_verdict
+
+    # (op digests alone flag, so the window asks for more calls, up to 16 in all: no call ever repeats)
+    asked = _scripted_calls(monkeypatch, [(Record((), 8, ops=(_split(1, f"sizes-{k}"),)), True) for k in range(1, 16)])
+    verdict = accounting_verdict(_accounting_job(Record((), 8, ops=(_split(1, "sizes-0"),))))
+    assert verdict.startswith("128 elements came from the host") and len(asked) == 15   # 16 calls x 8
+    # the same sizes on other inputs (shapes, not data): one more call, and nothing counts
+    asked = _scripted_calls(monkeypatch, [(Record((), 8, ops=(_split(1, "sizes-a"),)), True)])
+    assert accounting_verdict(_accounting_job(Record((), 8, ops=(_split(1, "sizes-a"),)))) is None
+    assert asked == ["provenance"]
+    # a first call that does not flag asks for none
+    asked = _scripted_calls(monkeypatch, [])
+    assert accounting_verdict(_accounting_job(Record((), 1000, ops=(_split(1, "sizes-a"),)))) is None  # 8 < 1% of 1000
+    assert asked == []
+
+
+def test_a_rotating_state_clears_over_more_accounting_calls_and_a_wrong_answer_does_not(monkeypatch):
+    from davinci.kernelgym.hostdata import accounting_verdict
+
+    rows = [Record((), 8, ops=(_start_row(1, k % 3),)) for k in range(1, 6)]   # a start row rotating over 3 rows
+    asked = _scripted_calls(monkeypatch, [(r, True) for r in rows])
+    assert accounting_verdict(_accounting_job(Record((), 8, ops=(_start_row(1, 0),)))) is None
+    assert asked == ["provenance", *(f"provenance{k}" for k in range(1, 5))]   # 0, 1, 2, 0, 1, 2: each call twice
+    asked = _scripted_calls(monkeypatch, [(rows[0], False)])
+    assert "answer was wrong" in accounting_verdict(_accounting_job(Record((), 8, ops=(_start_row(1, 0),))))
+    # no time left for a window: the two calls' verdict stands
+    asked = _scripted_calls(monkeypatch, [(r, True) for r in rows])
+    assert accounting_verdict(_accounting_job(Record((), 8, ops=(_start_row(1, 0),)), seconds=0.0)) is not None
+    assert asked == ["provenance"]
