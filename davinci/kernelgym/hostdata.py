@@ -227,6 +227,8 @@ def accounting_verdict(job: Job) -> str | None:
     job.prov_codes |= first.codes
     if provenance_verdict(first) is None:
         return None
+    if first.unhooked or first.overflow:  # tampering or an incomplete record: other inputs cannot explain it away
+        return provenance_verdict(first)
     records: list[Record] = [first]
     while True:
         t0 = time.monotonic()

@@ -404,6 +404,10 @@ def test_the_accounting_calls_judge_glue_numbers_before_timing(monkeypatch):
     asked = _scripted_calls(monkeypatch, [(Record((), 8, ops=(_split(1, "sizes-a"),)), True)])
     assert accounting_verdict(_accounting_job(Record((), 8, ops=(_split(1, "sizes-a"),)))) is None
     assert asked == ["provenance"]
+    # a record the candidate unhooked is the verdict at once: no call on other inputs
+    asked = _scripted_calls(monkeypatch, [])
+    assert accounting_verdict(_accounting_job(Record((), 8, unhooked=True))).startswith("the provenance record was unhooked")
+    assert asked == []
     # a first call that does not flag asks for none
     asked = _scripted_calls(monkeypatch, [])
     assert accounting_verdict(_accounting_job(Record((), 1000, ops=(_split(1, "sizes-a"),)))) is None  # 8 < 1% of 1000
