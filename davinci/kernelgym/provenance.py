@@ -42,8 +42,8 @@ compile-time constants (`codes`): a kernel generated per call with the data bake
 `hostdata.provenance_verdict` counts the events whose data is not the same on other inputs (`hostdata.accounting_verdict`
 runs the accounting call again on other inputs when the first record would flag, its ops and integer arguments
 included, and judges the calls as one record; audit A compares with what the accounting calls saw, and across its
-own calls): a table or a float constant built per call is not host
-compute; data that changes with the inputs is, from one element and 1% of the output up.
+own calls): a table or a float constant built per call is not host compute; data that changes with the inputs is,
+from one element and 1% of the output up.
 
 Choices:
   - a digest, not a copy: memory stays bounded. Keyed BLAKE2b (one key per worker process, so records compare),
@@ -605,6 +605,20 @@ def module_globals(model: Any) -> dict[str, Any]:
 
     module = sys.modules.get(type(model).__module__)
     return dict(vars(module)) if module is not None else {}
+
+
+@contextmanager
+def candidate_call(prov: Provenance | None, args: Any) -> Iterator[None]:
+    """One of the candidate's calls on `args` while a record is on (`Provenance.begin_call`): which call each
+    unexplained read and each op belongs to, and its ops digested only inside it."""
+    if prov is None:
+        yield
+        return
+    prov.begin_call(args)
+    try:
+        yield
+    finally:
+        prov.calling = False
 
 
 @contextmanager

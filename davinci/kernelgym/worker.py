@@ -56,7 +56,7 @@ from davinci.kernelgym import guards, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder, _extent
-from davinci.kernelgym.provenance import Provenance, harness_writes, module_globals, record_evidence
+from davinci.kernelgym.provenance import Provenance, candidate_call, harness_writes, module_globals, record_evidence
 from davinci.kernelgym.replay import Replay
 from davinci.kernelgym.hidden import HiddenWork, accounted
 from davinci.kernelgym.isolation import confine
@@ -223,12 +223,8 @@ class Harness:
                 # an accounting call on other inputs (hostdata.accounting_verdict)
                 prov = self._provenance(mode, slot, int_args=True)
                 self.stores.start()
-                if prov is not None:
-                    prov.begin_call(slot)
-                with accounted(mode) as hidden:
+                with candidate_call(prov, slot), accounted(mode) as hidden:
                     out = self.model(*slot)
-                if prov is not None:
-                    prov.calling = False
                 self.stores.stop()
             else:
                 out = self.model(*slot)
@@ -275,15 +271,14 @@ class Harness:
             reply["inputs_after"] = transport.encode(slot, "host", out_blobs)
         return reply, out_blobs
 
-    def _provenance(self, mode: PoisonMode, slot: list[Any], calls: int = 1,
-                    int_args: bool = False) -> Provenance | None:
+    def _provenance(self, mode: PoisonMode, slot: list[Any], int_args: bool) -> Provenance | None:
         """CPU: vouch for the forward's starting state (inputs, the model, its module's globals) and watch what
         every op and launch reads from here on (provenance.py)."""
         if not self.stores.installed:
             return None
         # one key per process: records compare by digest; integer launch arguments and op digests where calls
         # compare (audit A's calls; the accounting calls, with each other)
-        prov = Provenance(self.stores, key=self.prov_key, int_args=int_args or calls > 1)
+        prov = Provenance(self.stores, key=self.prov_key, int_args=int_args)
         prov.snapshot([slot, self.model, module_globals(self.model)])
         mode.provenance = self.rec.provenance = prov
         return prov
@@ -375,18 +370,15 @@ class Harness:
         rec = self.rec
 
         def call(*args: Any) -> Any:
-            n0, prov = rec.total, rec.provenance
-            if prov is not None:  # audit A: which call each unexplained read and each op belongs to
-                prov.begin_call(args)
+            n0 = rec.total
             rec.capture = []
             try:
-                return model(*args)
+                with candidate_call(rec.provenance, args):  # audit A: which call each read and op belongs to
+                    return model(*args)
             finally:
                 launches.append(rec.total - n0)
                 captured.append(rec.capture or [])
                 rec.capture = None
-                if prov is not None:
-                    prov.calling = False
         return call, launches, captured
 
     def _reused(self, leaves: list[list[Any]], copies: list[list[Any]] | None, accounted: bool) -> int:
@@ -433,7 +425,8 @@ class Harness:
         result poisoned (accounting.py) and, on the CPU, the kernels' stores recorded. Its samples are never
         used; its outputs are checked like any round's."""
         mode = PoisonMode(launches=self.rec.count, track_copies=self.stores.installed)
-        prov = self._provenance(mode, [x for name in h["sets"] for x in self.slots[name]], len(h.get("order") or ()))
+        prov = self._provenance(mode, [x for name in h["sets"] for x in self.slots[name]],
+                                int_args=len(h.get("order") or ()) > 1)
         self.stores.start()
         try:
             with accounted(mode) as hidden:  # and the CPU profiler: PyTorch work out of the mode's sight
