@@ -263,7 +263,6 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     launches = tr.get("launches") if isinstance(tr.get("launches"), list) else []
     ev.timed_calls += len(order)
     ev.timed_launchless += len(order) - sum(1 for n in launches[:len(order)] if isinstance(n, int) and n > 0)
-    ev.reused_storage += int(tr.get("reused_storage", 0))
     share = tr.get("kernel_share_raw")  # CPU: the kernels' share of this scored request's outputs (audit.py)
     if isinstance(share, (int, float)):
         acc.setdefault("scored_shares", []).append(float(share))
@@ -281,7 +280,8 @@ def _round(job: Job, sets: list[str], order: list[int], spot: int, rnd: int, liv
     if acc["replays_rounds"]:  # asked for after the reply: the candidate's calls could not know (replay.py)
         replayed, _ = ask(job, {"op": "replay", "tag": "timed", "seed": job.timing_seed + REPLAY_SEED + rnd})
         lowest(job.unwatched_replay, unwatched(replayed, dist == "native"))
-    ask(job, {"op": "release", "tags": ["timed"]})
+    released, _ = ask(job, {"op": "release", "tags": ["timed"], "reused": True})  # (after the clock: worker.op_release)
+    ev.reused_storage += int(released.get("reused_storage", 0))
     if not spot_check["comparison"]["ok"]:
         ev.timed_mismatch = spot_check["comparison"]["reason"]
         return False

@@ -142,6 +142,7 @@ class Harness:
         self.threads0 = guards.thread_counts()
         self.warmed = False
         self.static_outputs = False  # the warm-up calls handed back one storage twice (static_outputs.py)
+        self.timed_reuse = (False, False)  # the last timed request's (static outputs, audit A) for op_release
         self._collect_after = False
         self.objects0 = guards.capture_objects({"harness": self, "timer": self.timer, "recorder": self.rec,
                                                 "stores": self.stores, "channel": self.chan})
@@ -351,10 +352,12 @@ class Harness:
             shares = {"kernel_share_raw": self.stores.kernel_share([x for call_leaves in leaves for x in call_leaves]),
                       "input_share_raw": self._input_share_raw(sets)}
             self.stores.clear()
-        reused = self._reused(leaves, copies, bool(h.get("accounted")))
+        # which calls handed back an earlier call's storage is asked for with the release, after the reply: the
+        # comparison is the harness's cost, not the candidate's, so it stays out of the supervisor's clock
+        self.timed_reuse = (copies is not None, bool(h.get("accounted")))
         return {"ok": True, "event_ms": events, "host_ms": hosts, "after_ms": after, "overhead_ms": self.timer.overhead_ms,
                 "launched_after": handed["late"], "outputs": handed["outputs"], "launches": launches,
-                "reused_storage": reused, "threads": [*before, *guards.thread_counts()],
+                "threads": [*before, *guards.thread_counts()],
                 "canary_ms": idle[0], "canary_probes": idle[1], **shares,
                 # where the request's time went, by this process's own clock (a diagnostic, never a figure)
                 "phases_ms": {"fill": (t1 - t0) * 1e3, "probe": (t2 - t1) * 1e3, "calls": (t3 - t2) * 1e3,
@@ -519,6 +522,13 @@ class Harness:
         self.exports.release(f"tag:{tag}")
 
     def op_release(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
+        """Drop kept outputs and slots. `reused`: first count the last timed request's calls that handed back an
+        earlier call's storage (`_reused`), outside that request's clock."""
+        reply: dict[str, Any] = {"ok": True}
+        if h.get("reused") and "timed" in self.kept:
+            static, accounted = self.timed_reuse
+            copies = self.kept.get("timed:copies") if static else None
+            reply["reused_storage"] = self._reused(self.kept["timed"], copies, accounted)
         for tag in h.get("tags", []):
             self._drop_kept(tag)
         for name in h.get("slots", []):
@@ -532,7 +542,7 @@ class Harness:
             # pay for cudaMalloc.
             if h.get("slots") and torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > (1 << 30):
                 torch.cuda.empty_cache()
-        return {"ok": True}, []
+        return reply, []
 
     def op_replay(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         """The captured launches of a kept tag's calls (the last timed request's, or a run's; `calls`: only those

@@ -108,3 +108,33 @@ def test_the_timed_loop_sees_each_output_before_the_next_call_overwrites_it():
                                                on_return=lambda out: copies.append(copy_outputs(out)))
     assert [c[0][0].item() for c in copies] == [2.0, 4.0]
     assert outs[0] is outs[1]  # the outputs as returned: both the last call's answer
+
+
+def _released(leaves: list, copies: list | None) -> dict:
+    """The harness's release of a kept timed request (worker.Harness.op_release), on hand-made outputs."""
+    from davinci.kernelgym import transport
+    from davinci.kernelgym.worker import Harness
+
+    harness = object.__new__(Harness)  # no channel or sandbox: only the release's own state
+    harness.cuda, harness.replayable, harness.exports = False, {}, transport.Exports()
+    harness.timer = DeviceTimer("cpu")
+    harness.kept = {"timed": leaves, "timed:copies": copies or []}
+    harness.timed_reuse = (copies is not None, False)
+    reply, _ = harness.op_release({"tags": ["timed"], "reused": True}, [])
+    assert "timed" not in harness.kept  # dropped once counted
+    return reply
+
+
+def test_the_release_counts_handed_back_storage_after_the_timed_request():
+    static = torch.ones(4)
+    # static outputs never rewritten: the 2nd and 3rd calls answered nothing (stale against their copies)
+    assert _released([[static]] * 3, [[static.clone()]] * 3)["reused_storage"] == 2
+    buf = torch.zeros(2, 4)
+    leaves, copies = [], []
+    for k, value in enumerate([1.0, 2.0, 3.0]):  # an honest double buffer, copied after each call
+        buf[k % 2].fill_(value)
+        leaves.append([buf[k % 2]])
+        copies.append(copy_outputs(buf[k % 2]))
+    assert _released(leaves, copies)["reused_storage"] == 0
+    # a candidate whose warm-up found no static outputs: any storage handed back twice counts
+    assert _released([[static], [torch.ones(4)], [static]], None)["reused_storage"] == 1
