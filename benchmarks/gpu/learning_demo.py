@@ -457,12 +457,18 @@ def load_problems(args: argparse.Namespace, work: Path, out: Path) -> list[Any]:
     return problems
 
 
-def git_commit() -> str:
-    """HEAD, with "-dirty" when the working tree differs from it (the GPU machine's copy of .git can be older
-    than the tree it runs: summary.json then says so instead of naming a commit that did not run)."""
+def git_commit(root: Path = Path(__file__).resolve().parents[2]) -> str:
+    """The commit of the code that runs. A tree unpacked from `git archive` (the GPU runs' way: the learning tree
+    is `.learning_h100b/tree`) has no .git of its own, and git would describe whatever checkout holds it, so a
+    `TREE_COMMIT` file at the tree's root, written when it is unpacked, names it. Otherwise the tree's HEAD, with
+    "-dirty" when the working tree differs from it (summary.json then says so instead of naming a commit that did
+    not run); "unknown" outside git."""
+    marker = root / "TREE_COMMIT"
+    if marker.is_file():
+        return marker.read_text().strip() or "unknown"
     try:
         return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+                              check=True, cwd=root).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

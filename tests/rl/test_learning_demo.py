@@ -158,3 +158,30 @@ def test_calibration_stop_ends_sft_at_the_plateau(tmp_path, monkeypatch):
     assert [stop(s, Backbone) for s in (50, 100, 200, 300, 350)] == [False, False, False, False, False]
     assert stop(400, Backbone) is True  # 0.5 at step 200 is the best; 300 and 400 brought nothing above it
     assert "plateau: stop" in (tmp_path / "learning_log.txt").read_text()
+
+
+def test_summary_commit_names_the_tree_that_ran(tmp_path, monkeypatch):
+    """summary.json's `commit`: an archived tree's TREE_COMMIT, not the HEAD of the checkout around it; a tree in
+    git its own HEAD, "-dirty" once edited; "unknown" with neither."""
+    import subprocess
+
+    demo = _demo_module()
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert demo.git_commit(repo) == head
+    (repo / "a.py").write_text("x = 2\n")
+    assert demo.git_commit(repo) == head + "-dirty"
+    tree = repo / "tree"  # an archived tree inside the checkout: git alone would name the checkout
+    tree.mkdir()
+    (tree / "TREE_COMMIT").write_text("cb20d3a\n")
+    assert demo.git_commit(tree) == "cb20d3a"
+    outside = tmp_path / "plain"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git may not look above tmp_path for a .git
+    assert demo.git_commit(outside) == "unknown"
