@@ -8,7 +8,8 @@ import doctest
 import pytest
 
 import davinci.agents.evaluation as evaluation_mod
-from davinci.agents.evaluation import eval_profile, paired_bootstrap_ci, problem_record, run_eval
+from davinci.agents.evaluation import (eval_profile, paired_bootstrap_ci, problem_record, run_eval,
+                                       stratified_paired_bootstrap_ci)
 from davinci.llm.types import GenOutput
 
 
@@ -52,3 +53,22 @@ def test_paired_bootstrap_ci_by_hand():
     assert d == 0.0 and lo < 0.0 < hi
     with pytest.raises(ValueError, match="equal"):
         paired_bootstrap_ci([1.0], [1.0, 0.0])
+
+
+def test_stratified_bootstrap_keeps_each_run_its_own_problems():
+    # run A's 4 problems all gained 1, run B's 4 none: every resample within runs has mean 0.5 exactly ...
+    a, b = ([0.0] * 4, [1.0] * 4), ([1.0] * 4, [1.0] * 4)
+    assert stratified_paired_bootstrap_ci([a, b]) == (0.5, 0.5, 0.5)
+    # ... while resampling the 8 pooled problems as one sample lets a resample draw more of one run than the other
+    d, lo, hi = paired_bootstrap_ci(a[0] + b[0], a[1] + b[1], n_boot=2000)
+    assert d == 0.5 and lo < 0.5 < hi
+
+
+def test_stratified_bootstrap_of_one_run_is_the_paired_bootstrap():
+    before, after = [0, 1, 0, 1, 0, 0, 1], [1, 1, 0, 1, 1, 0, 0]
+    assert stratified_paired_bootstrap_ci([(before, after)], seed=3) == paired_bootstrap_ci(before, after, seed=3)
+    with pytest.raises(ValueError, match="run 1: paired scores need equal"):
+        stratified_paired_bootstrap_ci([(before, after), ([1.0], [1.0, 0.0])])
+    with pytest.raises(ValueError, match="one \\(before, after\\) pair of score lists per run"):
+        stratified_paired_bootstrap_ci([])
+

@@ -185,3 +185,22 @@ def test_summary_commit_names_the_tree_that_ran(tmp_path, monkeypatch):
     outside.mkdir()
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git may not look above tmp_path for a .git
     assert demo.git_commit(outside) == "unknown"
+
+
+def test_pooled_table_reads_runs_and_refuses_a_folder_without_results(tmp_path, capsys):
+    """benchmarks/learning_pool.py over two hand-made runs: run a's 2 problems gained 1 under RL, run b's 2 none,
+    so the pooled RL - before is 0.5 with no spread; a folder without per_problem.jsonl is one clear error."""
+    spec = importlib.util.spec_from_file_location("learning_pool", SCRIPT.parents[1] / "learning_pool.py")
+    pool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pool)  # type: ignore[union-attr]
+    cols = ["before", "rl", "sft"]
+    for run, gain in (("a", 1.0), ("b", 0.0)):
+        (tmp_path / run).mkdir()
+        rows = [{**{c + s: 0.0 for c in cols for s in ("", "_sampled")}, "rl": gain, "problem_id": f"{run}{i}"}
+                for i in range(2)]
+        (tmp_path / run / "per_problem.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pool.main([str(tmp_path / "a"), str(tmp_path / "b")])
+    first = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("RL - before") and "greedy" in line)
+    assert first.split()[-3:] == ["+0.500", "[+0.500,", "+0.500]"]
+    with pytest.raises(SystemExit, match="per_problem.jsonl does not exist"):
+        pool.main([str(tmp_path / "missing")])
