@@ -42,6 +42,13 @@ from typing import Any, Sequence
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
+from torch.utils.flop_counter import flop_registry as _shared_flops
+
+# Bound when the harness imports this module, before any candidate code runs: the candidate shares torch's FLOP
+# formula table and torch.Tensor, and a zero formula added to the one (or a fill_ that writes nothing set on the
+# other) would hide its PyTorch work from the count and the poison (guards.changed reports either as tampering).
+FLOPS = dict(_shared_flops)
+_fill = torch.Tensor.fill_
 
 # Ops that allocate, fill with a constant, copy or move values without computing new ones.
 GLUE = frozenset({
@@ -95,9 +102,7 @@ def op_work(func: Any, args: Any, kwargs: Any, out: Any) -> int:
     """The work of one op: its FLOPs where PyTorch has a formula (matmul, conv, attention), else the number
     of elements of its largest tensor argument or result (an elementwise op or a reduction touches that many).
     Used only as a share against the reference's own work counted the same way (`torch_work`)."""
-    from torch.utils.flop_counter import flop_registry
-
-    formula = flop_registry.get(getattr(func, "overloadpacket", None))
+    formula = FLOPS.get(getattr(func, "overloadpacket", None))
     if formula is not None:
         try:
             return int(formula(*args, **(kwargs or {}), out_val=out))
@@ -246,9 +251,9 @@ class PoisonMode(TorchDispatchMode):
         def poison(x: Any) -> Any:
             if isinstance(x, torch.Tensor) and x.numel() >= MIN_POISON_NUMEL:
                 if x.dtype.is_floating_point or x.dtype.is_complex:
-                    x.fill_(float("nan"))
+                    _fill(x, float("nan"))
                 else:
-                    x.fill_(int(torch.iinfo(x.dtype).max) if x.dtype != torch.bool else True)
+                    _fill(x, int(torch.iinfo(x.dtype).max) if x.dtype != torch.bool else True)
                 self.poisoned.append((name, int(x.numel())))
             return x
 

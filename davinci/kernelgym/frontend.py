@@ -20,7 +20,7 @@ Choices:
     global that is not `tl.constexpr`, a module such as NumPy (the compiler's NameError). Any other failure skips
     the check: lowering in a process where the interpreter has run is not reliable for every op (Triton's own
     `@jit` library functions are interpreted functions there, `tl.zeros` among them), and neither are argument
-    types the mapping does not cover (tensor descriptors, tuples) or a Triton release whose API differs;
+    types stood in for (float8, complex, tuples: `_STAND_IN`) or a Triton release whose API differs;
   - results are cached per kernel code, argument types and constants (one lowering per kernel and shape class);
   - the interpreter patches `triton.language` while it runs a kernel (and leaves it patched after a @jit helper
     call), so the lowering runs against the attributes taken before the candidate was imported
@@ -40,6 +40,11 @@ import torch
 _DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
            torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
            torch.bool: "i1"}
+# An argument the mapping does not cover (float8, wider unsigned ints, complex, a tuple) is lowered as a stand-in of
+# the same element width: an unused argument of such a type once switched the whole check off. The check refuses
+# only names the compiler cannot resolve, which do not depend on argument types; a stand-in that makes the lowering
+# fail otherwise skips the check, as any other failure does.
+_STAND_IN = {1: "i8", 2: "i16", 4: "i32", 8: "i64"}
 
 
 class FrontendRefused(RuntimeError):
@@ -112,17 +117,15 @@ def _signature(jit: Any, args: tuple, kwargs: dict) -> tuple[dict[str, str], dic
         if name in constexpr or value is None:
             signature[name], constants[name] = "constexpr", value
         elif isinstance(value, torch.Tensor):
-            if value.dtype not in _DTYPES:
-                raise _Unsupported(str(value.dtype))
-            signature[name] = "*" + _DTYPES[value.dtype]
+            signature[name] = "*" + _DTYPES.get(value.dtype, _STAND_IN.get(value.element_size(), "i8"))
         elif isinstance(value, bool):
             signature[name] = "i1"
         elif isinstance(value, int):
             signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
         elif isinstance(value, float):
             signature[name] = "fp32"
-        else:
-            raise _Unsupported(type(value).__name__)
+        else:  # a tuple, a descriptor: stood in for (see _STAND_IN)
+            signature[name] = "i32"
     return signature, constants
 
 
@@ -223,3 +226,59 @@ def _make_ir(jit: Any, signature: dict[str, str], constants: dict[str, Any], tar
     rest = (options, backend.get_codegen_implementation(options), backend.get_module_map(), context)
     with_target = "target" in inspect.signature(src.make_ir).parameters  # 3.9 takes it first; 3.6 does not
     src.make_ir(target, *rest) if with_target else src.make_ir(*rest)
+
+
+class Rewrites:
+    """What the interpreter runs for a kernel is the kernel's own source, the one `frontend_error` lowers.
+
+    The interpreter runs a kernel (and each @jit helper it calls) as the rewrite its class caches per function
+    (`InterpretedFunction.rewritten_fn`, a dict any code in the process can write), so a candidate could have it run
+    another body, one that calls plain Python, while the front end checks the clean source
+    (cheats_v2/c2_fb_rt6_swapped_rewrite). So before every interpreted launch the harness pins the cache entries of
+    the kernel and its helpers to its own rewrites of their source, made once per function with the interpreter's
+    rewriter class as bound before the candidate was imported, each entry a fresh function object built from that
+    rewrite's parts (the candidate's changes to an earlier one do not carry over). A cache, `rewrite` or `run`
+    replaced on the class or set on a kernel is a refusal (`FrontendRefused`).
+
+        rewrites = Rewrites()                      # before the candidate is imported
+        rewrites.pin(kernel)                       # before each interpreted launch
+    """
+
+    def __init__(self) -> None:
+        from triton.runtime import interpreter
+
+        self.cls = interpreter.InterpretedFunction
+        self.cache, self.rewrite = self.cls.rewritten_fn, self.cls.rewrite
+        self.rewriter = getattr(interpreter, "FunctionRewriter", None)  # (older Triton: the cache entry is dropped)
+        self.own: dict[Any, tuple] = {}
+
+    def pin(self, kernel: Any, depth: int = 0) -> None:
+        fn = getattr(kernel, "fn", None)
+        if not isinstance(fn, types.FunctionType) or depth > 4:
+            return
+        moved = [n for n in ("rewritten_fn", "rewrite", "run") if n in getattr(kernel, "__dict__", {})]
+        if self.cls.rewritten_fn is not self.cache or self.cls.rewrite is not self.rewrite:
+            moved.append("the interpreter's own cache or rewrite")
+        if moved:
+            raise FrontendRefused(f"the interpreter's rewrite of kernel {fn.__name__} was redirected ({', '.join(moved)}): "
+                                  "a launch must run the kernel's own source")
+        if self.rewriter is None:
+            self.cache.pop(fn, None)
+        else:
+            self.cache[fn] = self._fresh(fn, kernel)
+        for name in fn.__code__.co_names:  # the @jit helpers it calls run through the same cache
+            helper = fn.__globals__.get(name)
+            if isinstance(helper, self.cls) and helper is not kernel:
+                self.pin(helper, depth + 1)
+
+    def _fresh(self, fn: types.FunctionType, kernel: Any) -> Any:
+        parts = self.own.get(fn)
+        if parts is None:
+            made = self.rewriter(fn, **(getattr(kernel, "kwargs", None) or {})).rewrite_ast()
+            parts = self.own[fn] = (made.__code__, made.__globals__, made.__name__, made.__defaults__,
+                                    made.__closure__, made.__kwdefaults__, dict(getattr(made, "__annotations__", {})))
+        code, globs, name, defaults, closure, kwdefaults, notes = parts
+        body = types.FunctionType(code, globs, name, defaults, closure)
+        body.__kwdefaults__, body.__annotations__ = kwdefaults, dict(notes)  # (`tl.constexpr` parameters)
+        return body
+

@@ -119,7 +119,40 @@ def capture() -> dict[str, Any]:
     # the code objects of the watched Python functions too: a swapped __code__ keeps the identity
     out.update({f"code:{label}": (fn, fn.__code__) for label, fn in list(out.items()) if hasattr(fn, "__code__")})
     out.update(_harness_functions())
+    out.update(_shared_tables())
     return out
+
+
+def _shared_tables() -> dict[str, Any]:
+    """What the harness shares with the candidate and looks up at run time, as it is before the candidate is
+    imported: every attribute of torch.Tensor and of its C base (`shared:Tensor.<name>` -> value), torch's FLOP
+    formula table (`shared:flops.<op>` -> (formula, __code__)) and `hashlib.blake2b`. The harness binds its own
+    copies at import (accounting.FLOPS, accounting._fill, provenance._blake2b); a candidate that changes the
+    shared ones anyway is tampering, whatever it reached them through (a dict item, setattr on an alias)."""
+    import hashlib
+
+    from torch.utils.flop_counter import flop_registry
+
+    out: dict[str, Any] = {"shared:hashlib.blake2b": hashlib.blake2b}
+    for cls in (torch.Tensor, torch._C.TensorBase):
+        out.update({f"shared:{cls.__name__}.{name}": value for name, value in list(vars(cls).items())})
+    out.update({f"shared:flops.{op}": (fn, getattr(fn, "__code__", None)) for op, fn in list(flop_registry.items())})
+    return out
+
+
+def _shared_changed(captured: dict[str, Any]) -> list[str]:
+    """Labels of `_shared_tables` entries changed, removed or added since `captured` (a torch.Tensor attribute
+    added in front of its base's, a FLOP formula added or swapped)."""
+    now = _shared_tables()
+    bad = []
+    for label, then in ((k, v) for k, v in captured.items() if k.startswith("shared:")):
+        current = now.get(label, _MISSING)
+        same = current is then if not isinstance(then, tuple) else (
+            isinstance(current, tuple) and all(a is b for a, b in zip(current, then)))
+        if not same:
+            bad.append(label.removeprefix("shared:"))
+    bad += [f"{label.removeprefix('shared:')} (added)" for label in now if label not in captured]
+    return bad
 
 
 def _harness_functions() -> dict[str, Any]:
@@ -187,7 +220,7 @@ def changed(captured: dict[str, Any]) -> list[str]:
         current = now.get(label)
         if current is None or current[0] is not fn or fn.__code__ is not code:
             bad.append(label.removeprefix("harness:"))
-    return bad
+    return bad + _shared_changed(captured)
 
 
 _STATE: dict[str, Callable[[], Any]] = {
@@ -256,6 +289,15 @@ class LaunchRecorder:
     def _wrap(self, cls: Any, label: str) -> None:
         original, rec, perf = cls.run, self, time.perf_counter
         interpreted = label == "interpreter"
+        if interpreted:  # what runs is the kernel's own source (frontend.Rewrites), in replays too
+            from davinci.kernelgym.frontend import Rewrites
+
+            rewrites, unpinned = Rewrites(), original
+
+            def original(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
+                if not kwargs.get("warmup"):
+                    rewrites.pin(fn_self)
+                return unpinned(fn_self, *args, **kwargs)
 
         def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
             rec.total += 1

@@ -65,16 +65,19 @@ Choices:
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import types
 from contextlib import contextmanager
+from hashlib import blake2b as _blake2b  # bound when the harness imports this, before any candidate code runs
 # bound when the harness imports this module, before a candidate can rebind time.perf_counter
 from time import perf_counter as _clock
 from typing import Any, Iterable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from davinci.kernelgym.launchdata import (LAUNCH_OPTIONS, code_digest, grid_numbers, kernel_name, kernel_params,
+                                          numbers as numbers_in)
 
 MIN_ELEMENTS = 1  # a one-element storage counts too (a wrapped Python scalar: a number from Python, as a fill's)
 # host_compute once the unexplained data that changes with the inputs reaches this share of the output's elements
@@ -165,16 +168,17 @@ class Provenance:
         self._fresh: dict[int, int] = {}  # storage address -> order first seen in the current call
         self.paused = 0  # inside a launch (the interpreter's own aten ops) or the harness's input fill
         self.cost_s = 0.0  # the record's own time (audit.py takes it off the audit request's wall)
+        self._launches: dict[tuple[int, str, str], int] = {}  # (call, kernel, launch shape) -> launches so far
         self._pending: list[tuple[list[tuple[int, int, int, Any]], dict[int, Any], set[int], tuple[int, int],
                                   list[_Extent]]] = []
 
     # --- digests and the record ---
     def _digest(self, start: int, nbytes: int) -> bytes:
         view = (ctypes.c_char * nbytes).from_address(start)
-        return hashlib.blake2b(memoryview(view), key=self.key, digest_size=16).digest()
+        return _blake2b(memoryview(view), key=self.key, digest_size=16).digest()
 
     def _value_digest(self, label: str, value: Any) -> bytes:
-        return hashlib.blake2b(f"{label}={value!r}".encode(), key=self.key, digest_size=16).digest()
+        return _blake2b(f"{label}={value!r}".encode(), key=self.key, digest_size=16).digest()
 
     def _vouch(self, start: int, nbytes: int, size: int, keep: Any) -> None:
         self.known[start] = _Extent(start, nbytes, size, self._digest(start, nbytes), keep)
@@ -242,7 +246,7 @@ class Provenance:
             return
         t0 = _clock()
         if name in _FILLS:
-            for i, value in enumerate(_numbers([a for a in args if not isinstance(a, torch.Tensor)])):
+            for i, value in enumerate(numbers_in([a for a in args if not isinstance(a, torch.Tensor)])):
                 self._note(1, f"a number written by {name}", self._value_digest(f"{name}:{i}", value))
         for i, value in enumerate(args):
             writes_only = name in _NO_READ and i == 0
@@ -316,7 +320,7 @@ class Provenance:
         decision changes with the inputs passes host-made data through glue alone (hostdata.op_events). Each entry
         weighs what Python decided: one element per number and per tensor argument."""
         t0 = _clock()
-        numbers = _numbers([a for a in [*args, *(kwargs or {}).values()] if not isinstance(a, torch.Tensor)])
+        numbers = numbers_in([a for a in [*args, *(kwargs or {}).values()] if not isinstance(a, torch.Tensor)])
         tensors = tensors_in(list(args)) + tensors_in(dict(sorted((kwargs or {}).items())))
         views = [(self._origin(t), t.storage_offset(), tuple(t.shape), t.stride()) for t in tensors]
         weight = max(1, len(numbers) + len(views))
@@ -357,17 +361,18 @@ class Provenance:
     # --- Triton launches (guards.LaunchRecorder) ---
     def before_launch(self, kernel: Any, args: Any, kwargs: Any) -> None:
         t0 = _clock()
-        name, params = _kernel_name(kernel), _kernel_params(kernel)
-        self.codes.add(_code_digest(kernel, args, kwargs, self.key))
-        named = [*zip(params, args), *((k, v) for k, v in kwargs.items() if k in params or k not in _LAUNCH_OPTIONS)]
+        name, params = kernel_name(kernel), kernel_params(kernel)
+        self.codes.add(code_digest(kernel, args, kwargs, self.key))
+        named = [*zip(params, args), *((k, v) for k, v in kwargs.items() if k in params or k not in LAUNCH_OPTIONS)]
         for where, value in named:  # a number passed in, however wrapped: data from Python
-            for i, number in enumerate(_numbers([value], self.int_args)):
+            for i, number in enumerate(numbers_in([value], self.int_args)):
                 self._note(1, f"a number passed to kernel {name}", self._value_digest(f"{name}:{where}:{i}", number))
         tensors = tensors_in(list(args)) + tensors_in(dict(kwargs))
         if self.int_args:  # where a pointer points is a number too: a view's offset can carry the data
-            for i, t in enumerate(tensors):
-                self._note(1, f"where argument {i} of kernel {name} points", self._value_digest(
-                    f"{name}:view{i}", (self._origin(t), t.storage_offset(), tuple(t.shape), t.stride())))
+            views = [(self._origin(t), t.storage_offset(), tuple(t.shape), t.stride()) for t in tensors]
+            for i, view in enumerate(views):
+                self._note(1, f"where argument {i} of kernel {name} points", self._value_digest(f"{name}:view{i}", view))
+            self._launch_shape(name, [v for _, v in named], views, kwargs.get("grid"))
         for where, value in named:  # a pointer that is no tensor: where it points is not known to the record
             if hasattr(value, "data_ptr") and not isinstance(value, torch.Tensor):
                 self._note(1, f"argument {where} of kernel {name} is a pointer but not a tensor", os.urandom(16))
@@ -380,10 +385,23 @@ class Provenance:
         self.paused += 1
         self.cost_s += _clock() - t0
 
+    def _launch_shape(self, name: str, values: list[Any], views: list[Any], grid: Any) -> None:
+        """One event per launch in a record whose calls are compared: its numbers and argument views together, its
+        grid, and how many launches like it ran before it in the call. A number alone that another call repeats is
+        excused, but which numbers went together (a bit and its position: cheats_v2/c2_fb_rt6_split_int_args_hinge),
+        the grid (the kernel reads it: `tl.num_programs`, c2_fb_rt6_grid_channel_hinge) and how often a launch ran
+        (a launch repeated to cancel itself, c2_fb_rt6_launch_count_hinge) are data from Python as well. Honest code
+        launches the same on every input of one shape."""
+        shape = (numbers_in(values), views, grid_numbers(grid))
+        key = (self.call, name, repr(shape))
+        seen = self._launches[key] = self._launches.get(key, -1) + 1
+        self._note(1, f"the numbers, grid or repetition of kernel {name}'s launches",
+                   self._value_digest(f"{name}:launch#{seen}", shape))
+
     def after_launch(self, kernel: Any) -> None:
         t0 = _clock()
         self.paused -= 1
-        name = _kernel_name(kernel)
+        name = kernel_name(kernel)
         extents, copies, partly_unknown, (i, j), vouched = self._pending.pop()
         stored: dict[int, Any] = {}
         if self.stores is not None:
@@ -433,7 +451,7 @@ class Provenance:
                 parts.append(self._digest(start, nbytes))
         if sum(int(((addrs >= s) & (addrs < s + n)).sum()) for s, n, _, _ in args) < len(addrs):
             parts.append(os.urandom(16))
-        return hashlib.blake2b(b"".join(parts), key=self.key, digest_size=16).digest()
+        return _blake2b(b"".join(parts), key=self.key, digest_size=16).digest()
 
     def _only_stores(self, name: str, extents: list[tuple[int, int, int, Any]], copies: dict[int, Any],
                      stores: list[tuple[Any, Any]]) -> dict[int, Any]:
@@ -469,72 +487,6 @@ class Provenance:
                 self._check(t, "the returned output")
 
 
-def _kernel_name(kernel: Any) -> str:
-    return getattr(getattr(kernel, "fn", None), "__name__", type(kernel).__name__)
-
-
-def _kernel_params(kernel: Any) -> list[str]:
-    import inspect
-
-    try:
-        return list(inspect.signature(kernel.fn).parameters)
-    except (TypeError, ValueError, AttributeError):
-        return list(getattr(kernel, "arg_names", []) or [])
-
-
-def _code_digest(kernel: Any, args: Any, kwargs: Any, key: bytes) -> bytes:
-    """A digest of what a launch runs: the kernel's code object and those of the @jit functions it names
-    (recursively), and its compile-time constants (the values of parameters annotated `tl.constexpr`). Data baked
-    into a kernel's source per call (code generated at run time) makes it change with the inputs."""
-    import marshal
-
-    fn = getattr(kernel, "fn", None)
-    h = hashlib.blake2b(key=key, digest_size=16)
-    seen: set[int] = set()
-
-    def add(f: Any, depth: int) -> None:
-        code = getattr(f, "__code__", None)
-        if code is None or id(f) in seen or depth > 4:
-            return
-        seen.add(id(f))
-        try:
-            h.update(marshal.dumps(code))
-        except ValueError:
-            h.update(repr(code).encode())
-        globs = getattr(f, "__globals__", {})
-        for n in code.co_names:
-            inner = getattr(globs.get(n), "fn", None)
-            if inner is not None and callable(inner):
-                add(inner, depth + 1)
-    if fn is not None:
-        add(fn, 0)
-        notes = getattr(fn, "__annotations__", {})
-        params = _kernel_params(kernel)
-        values = dict(zip(params, args)) | dict(kwargs)
-        h.update(repr(sorted((p, repr(values.get(p))) for p in params if "constexpr" in repr(notes.get(p)))).encode())
-    return h.digest()
-
-
-def _numbers(values: list[Any], ints: bool = True, depth: int = 0) -> list[Any]:
-    """The numbers in a launch's or a fill's arguments, inside tuples, lists and dicts too: floats (Python or
-    NumPy), and with `ints` integers (not bools)."""
-    found = []
-    for v in values:
-        kind = type(v)
-        if isinstance(v, (tuple, list)) and depth < 3:
-            found += _numbers(list(v), ints, depth + 1)
-        elif isinstance(v, dict) and depth < 3:
-            found += _numbers(list(v.values()), ints, depth + 1)
-        elif isinstance(v, bool) or kind.__module__ == "numpy" and "bool" in kind.__name__:
-            continue
-        elif isinstance(v, float) or kind.__module__ == "numpy" and "float" in kind.__name__:
-            found.append(v)
-        elif ints and (isinstance(v, int) or kind.__module__ == "numpy" and "int" in kind.__name__):
-            found.append(v)
-    return found
-
-
-# ops whose first argument is written, not read (allocations, fills, copy_'s destination)
 _NO_READ = frozenset({"copy_", "fill_", "zero_", "resize_", "set_", "empty_like", "new_empty", "new_empty_strided",
                       "new_zeros", "new_ones", "new_full", "zeros_like", "ones_like", "full_like", "uniform_",
                       "normal_", "random_"})
@@ -565,11 +517,6 @@ def _children(obj: Any) -> list[Any]:
         return []
     attrs = getattr(obj, "__dict__", None)
     return list(attrs.values()) if isinstance(attrs, dict) else []
-
-
-# keyword arguments of a launch that configure it (Triton's own), not data
-_LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "enable_fp_fusion",
-                             "maxnreg", "launch_cooperative_grid", "launch_pdl"})
 
 
 class Observer(TorchDispatchMode):

@@ -222,7 +222,7 @@ def test_data_seen_in_two_calls_of_one_record_is_a_constant_and_data_of_one_call
 
 
 def test_a_kernel_built_per_call_has_a_new_code_digest_and_a_reused_one_does_not():
-    from davinci.kernelgym.provenance import _code_digest
+    from davinci.kernelgym.launchdata import code_digest as _code_digest
 
     def build(value: float):
         src = (f"def k(out_ptr, BLOCK: tl.constexpr):\n"
@@ -427,3 +427,21 @@ def test_a_rotating_state_clears_over_more_accounting_calls_and_a_wrong_answer_d
     asked = _scripted_calls(monkeypatch, [(r, True) for r in rows])
     assert accounting_verdict(_accounting_job(Record((), 8, ops=(_start_row(1, 0),)), seconds=0.0)) is not None
     assert asked == ["provenance"]
+
+
+def test_a_grid_and_a_constexpr_are_read_as_numbers_without_running_candidate_code():
+    """The numbers a launch's grid carries (cheats_v2/c2_fb_rt6_grid_channel_hinge) and the value inside a
+    `tl.constexpr` global (c2_fb_rt6_constexpr_global_hinge), as the launch events and code digests read them."""
+    from davinci.kernelgym.launchdata import grid_numbers as _grid_numbers, plain as _plain
+
+    word, calls = 7, []
+
+    def grid(meta, extra=3):
+        calls.append(meta)  # the candidate's code: never run by the record
+        return (word + extra,)
+
+    assert _grid_numbers((4, 1)) == [4, 1]
+    assert sorted(_grid_numbers(grid)) == [3, 7] and calls == []
+    tl = __import__("pytest").importorskip("triton.language")
+    assert _plain(tl.constexpr(0.25)) == 0.25 and _plain((1, tl.constexpr(2))) == (1, 2)
+    assert _plain(object()) == "object"  # no address in a digest

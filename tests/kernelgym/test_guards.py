@@ -1,0 +1,70 @@
+"""Tampering with what the harness shares with the candidate (guards._shared_tables), and the harness's own copies
+bound at import, so the tampering changes nothing it computes (accounting.FLOPS, accounting._fill,
+provenance._blake2b). Each test tampers the way a red-team cheat of 2026-11-28 did (cheats_v2/c2_hp_rt6_*) and
+undoes it (monkeypatch)."""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import contextmanager
+
+import torch
+from torch.utils.flop_counter import flop_registry
+
+from davinci.kernelgym import accounting, guards
+from davinci.kernelgym.provenance import Provenance
+
+
+@contextmanager
+def _noop_fill():
+    """torch.Tensor.fill_ set in front of its C base's as a fill that writes nothing, then removed again (an undo
+    that put the inherited method back on torch.Tensor would leave an attribute that was not there)."""
+    torch.Tensor.fill_ = lambda self, value: self
+    try:
+        yield
+    finally:
+        del torch.Tensor.fill_
+
+
+def test_untouched_tables_report_nothing():
+    captured = guards.capture()
+    torch.ones(4).relu().sum()  # ordinary use changes none of them
+    assert guards.changed(captured) == []
+
+
+def test_a_tensor_method_added_a_formula_added_and_blake2b_swapped_are_each_reported(monkeypatch):
+    captured = guards.capture()
+    monkeypatch.setitem(flop_registry, torch.ops.aten.sum, lambda *a, **k: 0)
+    monkeypatch.setattr(hashlib, "blake2b", object)
+    with _noop_fill():
+        assert set(guards.changed(captured)) >= {"Tensor.fill_ (added)", "flops.aten.sum (added)", "hashlib.blake2b"}
+    assert "fill_" not in vars(torch.Tensor)
+
+
+def test_the_work_count_ignores_a_zero_formula_added_to_torchs_table(monkeypatch):
+    x = torch.ones(4, 8)
+    func = torch.ops.aten.sum.default
+    assert accounting.op_work(func, (x,), {}, x.sum()) == 32  # no formula: its largest tensor's elements
+    monkeypatch.setitem(flop_registry, torch.ops.aten.sum, lambda *a, **k: 0)
+    assert accounting.op_work(func, (x,), {}, x.sum()) == 32
+
+
+def test_the_poison_fills_through_the_fill_bound_at_import():
+    x = torch.zeros(64)
+    with _noop_fill():
+        x.fill_(1.0)  # the candidate's fill writes nothing ...
+        accounting._fill(x, float("nan"))  # ... the harness's own still does
+    assert torch.isnan(x).all()
+
+
+def test_record_digests_hold_with_a_constant_blake2b(monkeypatch):
+    class Constant:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def digest(self):
+            return b"\0" * 16
+
+    monkeypatch.setattr(hashlib, "blake2b", Constant)
+    record = Provenance(key=b"k" * 16)
+    assert record._value_digest("a", 1) != record._value_digest("a", 2)
