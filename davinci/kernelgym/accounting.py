@@ -37,18 +37,29 @@ glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouche
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+import types
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import flop_registry as _shared_flops
 
-# Bound when the harness imports this module, before any candidate code runs: the candidate shares torch's FLOP
-# formula table and torch.Tensor, and a zero formula added to the one (or a fill_ that writes nothing set on the
-# other) would hide its PyTorch work from the count and the poison (guards.changed reports either as tampering).
-FLOPS = dict(_shared_flops)
+# Bound when the harness imports this module, before any candidate code runs: the candidate shares torch.Tensor,
+# and a fill_ that writes nothing set on it would hide its PyTorch work from the poison (guards.changed reports it).
 _fill = torch.Tensor.fill_
+
+
+@functools.cache
+def flop_table() -> Mapping[Any, Any]:
+    """torch's FLOP formula table as the harness first asked for it, read-only: the worker asks when it captures
+    what it later checks (guards.capture, before the candidate is imported), so a zero formula the candidate adds
+    to torch's shared table is never consulted. Dropping this cache to have torch's table copied again is
+    tampering (guards._shared_changed compares the object). Not copied at import: torch.utils.flop_counter
+    imports Triton, and importing the evaluator must not fix Triton's mode (TRITON_INTERPRET) for its caller."""
+    from torch.utils.flop_counter import flop_registry
+
+    return types.MappingProxyType(dict(flop_registry))
 
 # Ops that allocate, fill with a constant, copy or move values without computing new ones.
 GLUE = frozenset({
@@ -102,7 +113,7 @@ def op_work(func: Any, args: Any, kwargs: Any, out: Any) -> int:
     """The work of one op: its FLOPs where PyTorch has a formula (matmul, conv, attention), else the number
     of elements of its largest tensor argument or result (an elementwise op or a reduction touches that many).
     Used only as a share against the reference's own work counted the same way (`torch_work`)."""
-    formula = FLOPS.get(getattr(func, "overloadpacket", None))
+    formula = flop_table().get(getattr(func, "overloadpacket", None))
     if formula is not None:
         try:
             return int(formula(*args, **(kwargs or {}), out_val=out))

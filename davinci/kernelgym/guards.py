@@ -127,13 +127,16 @@ def _shared_tables() -> dict[str, Any]:
     """What the harness shares with the candidate and looks up at run time, as it is before the candidate is
     imported: every attribute of torch.Tensor and of its C base (`shared:Tensor.<name>` -> value), torch's FLOP
     formula table (`shared:flops.<op>` -> (formula, __code__)) and `hashlib.blake2b`. The harness binds its own
-    copies at import (accounting.FLOPS, accounting._fill, provenance._blake2b); a candidate that changes the
-    shared ones anyway is tampering, whatever it reached them through (a dict item, setattr on an alias)."""
+    copies before the candidate runs (accounting.flop_table, first asked here; accounting._fill and
+    provenance._blake2b at import); a candidate that changes the shared ones anyway is tampering, whatever it
+    reached them through (a dict item, setattr on an alias), and so is having the harness's copy made again."""
     import hashlib
 
     from torch.utils.flop_counter import flop_registry
 
-    out: dict[str, Any] = {"shared:hashlib.blake2b": hashlib.blake2b}
+    from davinci.kernelgym.accounting import flop_table
+
+    out: dict[str, Any] = {"shared:hashlib.blake2b": hashlib.blake2b, "shared:accounting.flop_table": flop_table()}
     for cls in (torch.Tensor, torch._C.TensorBase):
         out.update({f"shared:{cls.__name__}.{name}": value for name, value in list(vars(cls).items())})
     out.update({f"shared:flops.{op}": (fn, getattr(fn, "__code__", None)) for op, fn in list(flop_registry.items())})
@@ -153,7 +156,7 @@ def _shared_changed(captured: dict[str, Any]) -> list[str]:
             bad.append(label.removeprefix("shared:"))
     # added since: a torch.Tensor attribute in front of its C base's (a shadowed method). A FLOP formula added is
     # not reported: torch's own modules register more when a feature is first used (an honest torch.compile or
-    # FlexAttention), and the harness counts with its own copy (accounting.FLOPS), which never sees one
+    # FlexAttention), and the harness counts with its own copy (accounting.flop_table), which never sees one
     base = vars(torch._C.TensorBase)
     bad += [f"{label.removeprefix('shared:')} (added)" for label in now
             if label not in captured and label.startswith("shared:Tensor.") and label[len("shared:Tensor."):] in base]

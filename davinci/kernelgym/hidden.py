@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import torch
 
-from davinci.kernelgym.accounting import FLOPS, HIDDEN_MARK, PoisonMode, is_compute
+from davinci.kernelgym.accounting import HIDDEN_MARK, PoisonMode, flop_table, is_compute
 
 START_MARK, END_MARK = "kernelgym::accounting_start", "kernelgym::accounting_end"
 PROFILED_OP_MS = 0.05  # the CPU profiler's callbacks per recorded event (ms), an upper figure (HiddenWork.overhead_ms)
@@ -285,7 +285,7 @@ def _shape_work(op: _Op) -> int:
     if "conv" in base and len(tensors) >= 2 and len(tensors[0]) >= 3 and len(tensors[1]) >= 3:
         x, w = tensors[0], tensors[1]
         return 2 * math.prod(x) // max(1, x[1]) * math.prod(w)  # out elements ~ N*Cout*spatial, each Cin/g*k MACs
-    formula = FLOPS.get(_packet(op.name))
+    formula = flop_table().get(_packet(op.name))
     if formula is not None and tensors:
         try:
             flops = int(formula(*tensors, out_val=None))

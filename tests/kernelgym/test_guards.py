@@ -1,5 +1,5 @@
 """Tampering with what the harness shares with the candidate (guards._shared_tables), and the harness's own copies
-bound at import, so the tampering changes nothing it computes (accounting.FLOPS, accounting._fill,
+bound before the candidate runs, so the tampering changes nothing it computes (accounting.flop_table, accounting._fill,
 provenance._blake2b). Each test tampers the way a red-team cheat of 2026-11-28 did (cheats_v2/c2_hp_rt6_*) and
 undoes it (monkeypatch)."""
 
@@ -72,3 +72,34 @@ def test_record_digests_hold_with_a_constant_blake2b(monkeypatch):
     monkeypatch.setattr(hashlib, "blake2b", Constant)
     record = Provenance(key=b"k" * 16)
     assert record._value_digest("a", 1) != record._value_digest("a", 2)
+
+
+def test_the_harness_copy_of_the_flop_table_cannot_be_written_or_rebound(monkeypatch):
+    """A candidate that reaches the harness's own copy (sys.modules['davinci.kernelgym.accounting']) and writes a
+    zero formula into it: the copy is read-only; one that drops the copy so the next call copies torch's table
+    again (with its zero formula added) is tampering."""
+    import pytest
+
+    table = accounting.flop_table()
+    with pytest.raises(TypeError):
+        table[torch.ops.aten.mm] = lambda *a, **k: 0  # type: ignore[index]
+    captured = guards.capture()
+    monkeypatch.setitem(flop_registry, torch.ops.aten.sum, lambda *a, **k: 0)
+    accounting.flop_table.cache_clear()
+    try:
+        assert "accounting.flop_table" in guards.changed(captured)
+    finally:
+        monkeypatch.undo()
+        accounting.flop_table.cache_clear()
+
+
+def test_importing_the_evaluator_does_not_import_triton():
+    """torch.utils.flop_counter imports Triton; copied at import, the table would fix Triton's mode (TRITON_INTERPRET)
+    for the process before the caller set it (a kernel then ran @jit helpers compiled for the GPU on the CPU)."""
+    import subprocess
+    import sys
+
+    code = "import sys, davinci.kernelgym.accounting, davinci.kernelgym.hidden; print('triton' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
