@@ -16,9 +16,12 @@ Choices:
   - the interpreter hands the kernel's @jit helpers around as `InterpretedFunction`s; the front end wants
     `JITFunction`s, so the kernel and its helpers are rebuilt as `JITFunction`s over a copy of their globals in
     which each `InterpretedFunction` is swapped for its `JITFunction` (the code objects are the candidate's own);
-  - it refuses only for what the cheats need, a name the compiler cannot resolve: a plain Python function, a
+  - first, `kernelsource.source_error` checks the kernel's source and the values its names have against the code
+    generator's rules without lowering (fails closed: an unsupported statement, a name outside its scope rules, the
+    interpreter's `.handle`);
+  - the lowering then refuses a name the compiler cannot resolve: a plain Python function, a
     global that is not `tl.constexpr`, a module such as NumPy (the compiler's NameError). Any other failure skips
-    the check: lowering in a process where the interpreter has run is not reliable for every op (Triton's own
+    the lowering's check: lowering in a process where the interpreter has run is not reliable for every op (Triton's own
     `@jit` library functions are interpreted functions there, `tl.zeros` among them), and neither are argument
     types stood in for (float8, complex, tuples: `_STAND_IN`) or a Triton release whose API differs;
   - results are cached per kernel code, argument types and constants (one lowering per kernel and shape class);
@@ -56,6 +59,11 @@ def frontend_error(kernel: Any, args: tuple, kwargs: dict, cache: dict) -> str |
     fn = getattr(kernel, "fn", None)
     if not isinstance(fn, types.FunctionType):
         return None
+    from davinci.kernelgym.kernelsource import source_error
+
+    refused = source_error(kernel, cache.setdefault("sources", {}), cache.get("language"))  # fails closed
+    if refused:
+        return refused
     try:
         jit = _as_jit(fn, {})
         signature, constexprs = _signature(jit, args, kwargs)
@@ -130,13 +138,23 @@ def _signature(jit: Any, args: tuple, kwargs: dict) -> tuple[dict[str, str], dic
 
 
 def language_state() -> dict[Any, dict[str, Any]]:
-    """The attributes of `triton.language` (and the classes the interpreter patches) as they are now: taken
+    """The attributes of `triton`, `math` and `triton.language` (and the classes the interpreter patches) as they
+    are now: taken
     before anything was interpreted in the process, the front end runs against them (`_pristine`)."""
     import sys
 
     import triton.language  # noqa: F401 (loads its submodules)
 
-    objs = []
+    try:  # the device-library dispatch module kernels import themselves (`from triton.language.extra import libdevice`)
+        import triton.language.extra.libdevice  # noqa: F401
+    except ImportError:  # an older Triton
+        pass
+
+    import math
+
+    import triton
+
+    objs: list[Any] = [triton, math]  # (kernelsource.py resolves dotted names through these as they were)
     for name, module in list(sys.modules.items()):
         if name.startswith("triton.language") and module is not None:
             objs.append(module)

@@ -126,12 +126,14 @@ def capture() -> dict[str, Any]:
 def _shared_tables() -> dict[str, Any]:
     """What the harness shares with the candidate and looks up at run time, as it is before the candidate is
     imported: every attribute of torch.Tensor and of its C base (`shared:Tensor.<name>` -> value), torch's FLOP
-    formula table (`shared:flops.<op>` -> (formula, __code__)) and `hashlib.blake2b`. The harness binds its own
+    formula table (`shared:flops.<op>` -> (formula, __code__)) and the functions of its module, the Triton
+    interpreter's (`_interpreter_tables`) and `hashlib.blake2b`. The harness binds its own
     copies before the candidate runs (accounting.flop_table, first asked here; accounting._fill and
     provenance._blake2b at import); a candidate that changes the shared ones anyway is tampering, whatever it
     reached them through (a dict item, setattr on an alias), and so is having the harness's copy made again."""
     import hashlib
 
+    from torch.utils import flop_counter
     from torch.utils.flop_counter import flop_registry
 
     from davinci.kernelgym.accounting import flop_table
@@ -140,6 +142,36 @@ def _shared_tables() -> dict[str, Any]:
     for cls in (torch.Tensor, torch._C.TensorBase):
         out.update({f"shared:{cls.__name__}.{name}": value for name, value in list(vars(cls).items())})
     out.update({f"shared:flops.{op}": (fn, getattr(fn, "__code__", None)) for op, fn in list(flop_registry.items())})
+    # the formulas look their helpers up in their module's dict (`get_shape`: c2_hp_rt7_flop_globals_rowsum)
+    out.update({f"shared:flop_counter.{name}": value for name, value in list(vars(flop_counter).items())
+                if callable(value)})
+    out.update(_interpreter_tables())
+    return out
+
+
+_INTERP_OBJECTS = ("interpreter_builder", "interpreter_semantic")
+_PER_LAUNCH = frozenset({"grid_dim", "grid_idx"})  # the builder's instance data each interpreted launch sets
+
+
+def _interpreter_tables() -> dict[str, Any]:
+    """The Triton interpreter's shared objects (every CPU launch runs through them): its module's functions and
+    classes and its one builder and semantic object (`shared:interp.<name>`), the attributes of the classes that
+    run a launch (`shared:<Class>.<name>`) and the two objects' instance attributes (`shared:<object>.<name>`).
+    A method set on the builder instance shadows its class's, the harness's load and store recording among them
+    (cheats_v2/c2_fb_rt7_builder_instance_load_relu)."""
+    try:
+        from triton.runtime import interpreter
+    except Exception:  # no Triton: nothing interpreted
+        return {}
+    out: dict[str, Any] = {f"shared:interp.{name}": value for name, value in list(vars(interpreter).items())
+                           if callable(value) or name in _INTERP_OBJECTS}
+    objects = [getattr(interpreter, name, None) for name in _INTERP_OBJECTS]
+    for cls in (interpreter.InterpreterBuilder, interpreter.GridExecutor, interpreter.InterpretedFunction,
+                type(objects[1])):
+        out.update({f"shared:{cls.__name__}.{name}": value for name, value in list(vars(cls).items())})
+    for label, obj in zip(_INTERP_OBJECTS, objects):
+        out.update({f"shared:{label}.{name}": value for name, value in list(getattr(obj, "__dict__", {}).items())
+                    if name not in _PER_LAUNCH})
     return out
 
 
@@ -160,6 +192,10 @@ def _shared_changed(captured: dict[str, Any]) -> list[str]:
     base = vars(torch._C.TensorBase)
     bad += [f"{label.removeprefix('shared:')} (added)" for label in now
             if label not in captured and label.startswith("shared:Tensor.") and label[len("shared:Tensor."):] in base]
+    # added to the interpreter's classes or its builder and semantic objects: nothing of Triton's own adds any
+    interp = tuple(f"shared:{name}." for name in (*_INTERP_OBJECTS, "InterpreterBuilder", "GridExecutor",
+                                                   "InterpretedFunction", "TritonSemantic"))
+    bad += [f"{label.removeprefix('shared:')} (added)" for label in now if label not in captured and label.startswith(interp)]
     return bad
 
 
@@ -267,6 +303,17 @@ def thread_counts() -> tuple[int, int]:
     return threading.active_count(), native
 
 
+def _hook_error(kernel: Any) -> str | None:
+    """A pre-run hook on an interpreted kernel (Triton's public `add_pre_run_hook`) is Python that runs inside the
+    launch, after the CPU record copied the arguments and before the kernel's loads: it could write the answer the
+    kernel then copies (cheats_v2/c2_fb_rt7_pre_run_hook_relu). Nothing of Triton's or torch's adds one. Any list
+    but an empty built-in one is refused (a list subclass can report itself empty and still yield hooks)."""
+    hooks = getattr(kernel, "pre_run_hooks", None)
+    if hooks is None or (type(hooks) is list and list.__len__(hooks) == 0):
+        return None
+    return "it has a pre-run hook (add_pre_run_hook): Python that runs inside the launch, which the CPU record cannot see"
+
+
 class LaunchRecorder:
     """Records Triton launches while `active` (see the module docstring)."""
 
@@ -336,18 +383,20 @@ class LaunchRecorder:
         self.installed.append(label)
 
     def _front_end(self, kernel: Any, args: tuple, kwargs: dict) -> None:
-        """On the CPU: a kernel Triton's GPU front end refuses does not run (frontend.py)."""
+        """On the CPU: a kernel Triton's GPU front end refuses (frontend.py, kernelsource.py), or one with a pre-run
+        hook, does not run."""
         from davinci.kernelgym.frontend import FrontendRefused, frontend_error
 
         t0 = _clock()
         try:
-            error = frontend_error(kernel, args, kwargs, self._frontend)
+            error = _hook_error(kernel) or frontend_error(kernel, args, kwargs, self._frontend)
         finally:
             self.frontend_s += _clock() - t0
         if error:
             name = getattr(getattr(kernel, "fn", None), "__name__", "kernel")
             self.refused.append(f"{name}: {error}")
-            raise FrontendRefused(f"Triton's compiler would refuse kernel {name} on a GPU: {error}")
+            raise FrontendRefused(f"kernel {name} is not run on the CPU (Triton's compiler would refuse it on a GPU, or "
+                                  f"it runs Python inside the launch): {error}")
 
     def _hook(self, metadata: Any) -> None:
         self.total += 1

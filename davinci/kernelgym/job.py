@@ -437,8 +437,9 @@ def _run_once(job: Job, slot: str, tag: str, poison: int, fill: Any, fill_blobs:
     job.last_record = hostdata.provenance_record(ev)
     refused = [str(r)[:300] for r in list(ev.get("refused") or [])[:4]]
     if refused:  # the launch raised; a candidate that caught it and went on is refused all the same
-        job.fail("compile", "Triton's compiler would refuse these kernels on a GPU, so the CPU interpreter does not "
-                            "run them either (frontend.py): " + "; ".join(refused))
+        job.fail("compile", "Triton's compiler would refuse these kernels on a GPU, or they run Python inside the "
+                            "launch, so the CPU interpreter does not run them either (frontend.py, kernelsource.py): "
+                            + "; ".join(refused))
     # the worker sends evidence only when the forward returned
     job.evidence.forwards_returned = (job.evidence.forwards_returned or 0) + int("evidence" in reply)
     job.evidence.launched.update(str(n) for n in ev.get("launched", []))

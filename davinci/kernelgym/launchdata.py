@@ -128,3 +128,17 @@ def numbers(values: list[Any], ints: bool = True, depth: int = 0) -> list[Any]:
 # keyword arguments of a launch that configure it (Triton's own), not data
 LAUNCH_OPTIONS = frozenset({"grid", "warmup", "num_warps", "num_stages", "num_ctas", "enable_fp_fusion",
                              "maxnreg", "launch_cooperative_grid", "launch_pdl"})
+
+
+def resolved_grid() -> Any:
+    """The grid the interpreter ran the last launch over (its one builder's `grid_dim`, set at every interpreted
+    launch from the grid it resolved), read after the launch; None without the interpreter."""
+    try:
+        from triton.runtime import interpreter
+    except Exception:  # no Triton here: no launch either
+        return None
+    dims = getattr(getattr(interpreter, "interpreter_builder", None), "grid_dim", None)
+    try:
+        return tuple(int(d) for d in dims) if dims is not None else None
+    except (TypeError, ValueError):  # not numbers: its text then, compared like any other
+        return repr(dims)[:200]

@@ -77,7 +77,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from davinci.kernelgym.launchdata import (LAUNCH_OPTIONS, code_digest, grid_numbers, kernel_name, kernel_params,
-                                          numbers as numbers_in)
+                                          numbers as numbers_in, resolved_grid)
 
 MIN_ELEMENTS = 1  # a one-element storage counts too (a wrapped Python scalar: a number from Python, as a fill's)
 # host_compute once the unexplained data that changes with the inputs reaches this share of the output's elements
@@ -322,7 +322,7 @@ class Provenance:
         t0 = _clock()
         numbers = numbers_in([a for a in [*args, *(kwargs or {}).values()] if not isinstance(a, torch.Tensor)])
         tensors = tensors_in(list(args)) + tensors_in(dict(sorted((kwargs or {}).items())))
-        views = [(self._origin(t), t.storage_offset(), tuple(t.shape), t.stride()) for t in tensors]
+        views = [(self._origin(t), t.storage_offset(), tuple(t.shape), t.stride(), str(t.dtype)) for t in tensors]
         weight = max(1, len(numbers) + len(views))
         key = (self.call, name, self._value_digest(f"op:{name}", (numbers, views)))
         if key not in self.ops and self._op_count.get(self.call, 0) >= MAX_OPS:  # past the cap: chained in order
@@ -368,11 +368,11 @@ class Provenance:
             for i, number in enumerate(numbers_in([value], self.int_args)):
                 self._note(1, f"a number passed to kernel {name}", self._value_digest(f"{name}:{where}:{i}", number))
         tensors = tensors_in(list(args)) + tensors_in(dict(kwargs))
-        if self.int_args:  # where a pointer points is a number too: a view's offset can carry the data
-            views = [(self._origin(t), t.storage_offset(), tuple(t.shape), t.stride()) for t in tensors]
+        if self.int_args:  # where a pointer points is a number too: a view's offset (or its dtype: the kernel is
+            # specialised on it, c2_fb_rt7_dtype_view_bits_hinge) can carry the data
+            views = [(self._origin(t), t.storage_offset(), tuple(t.shape), t.stride(), str(t.dtype)) for t in tensors]
             for i, view in enumerate(views):
                 self._note(1, f"where argument {i} of kernel {name} points", self._value_digest(f"{name}:view{i}", view))
-            self._launch_shape(name, [v for _, v in named], views, kwargs.get("grid"))
         for where, value in named:  # a pointer that is no tensor: where it points is not known to the record
             if hasattr(value, "data_ptr") and not isinstance(value, torch.Tensor):
                 self._note(1, f"argument {where} of kernel {name} is a pointer but not a tensor", os.urandom(16))
@@ -381,18 +381,21 @@ class Provenance:
         extents = {e[0]: (*e, t.untyped_storage()) for e, t in ((_storage(t), t) for t in tensors) if e is not None}
         copies = {start: _read(start, nbytes) for start, (_, nbytes, _, _) in extents.items()}
         marks = (len(self.stores.loads), len(self.stores.stores)) if self.stores is not None else (0, 0)
-        self._pending.append((list(extents.values()), copies, partly_unknown, marks, list(self.known.values())))
+        shape = (name, [v for _, v in named], views, kwargs.get("grid")) if self.int_args else None
+        self._pending.append((list(extents.values()), copies, partly_unknown, marks, list(self.known.values()), shape))
         self.paused += 1
         self.cost_s += _clock() - t0
 
-    def _launch_shape(self, name: str, values: list[Any], views: list[Any], grid: Any) -> None:
+    def _launch_shape(self, name: str, values: list[Any], views: list[Any], grid: Any, resolved: Any) -> None:
         """One event per launch in a record whose calls are compared: its numbers and argument views together, its
         grid, and how many launches like it ran before it in the call. A number alone that another call repeats is
         excused, but which numbers went together (a bit and its position: cheats_v2/c2_fb_rt6_split_int_args_hinge),
         the grid (the kernel reads it: `tl.num_programs`, c2_fb_rt6_grid_channel_hinge) and how often a launch ran
-        (a launch repeated to cancel itself, c2_fb_rt6_launch_count_hinge) are data from Python as well. Honest code
-        launches the same on every input of one shape."""
-        shape = (numbers_in(values), views, grid_numbers(grid))
+        (a launch repeated to cancel itself, c2_fb_rt6_launch_count_hinge) are data from Python as well. The grid is
+        both the one passed and the one the interpreter ran over (`resolved_grid`: a grid function's closure may hold
+        anything, a string's length, c2_fb_rt7_grid_fn_string_hinge). Honest code launches the same on every input
+        of one shape."""
+        shape = (numbers_in(values), views, grid_numbers(grid), resolved)
         key = (self.call, name, repr(shape))
         seen = self._launches[key] = self._launches.get(key, -1) + 1
         self._note(1, f"the numbers, grid or repetition of kernel {name}'s launches",
@@ -402,7 +405,9 @@ class Provenance:
         t0 = _clock()
         self.paused -= 1
         name = kernel_name(kernel)
-        extents, copies, partly_unknown, (i, j), vouched = self._pending.pop()
+        extents, copies, partly_unknown, (i, j), vouched, shape = self._pending.pop()
+        if shape is not None:  # noted once the grid is resolved
+            self._launch_shape(*shape, resolved_grid())
         stored: dict[int, Any] = {}
         if self.stores is not None:
             self._launch_loads(name, self.stores.loads[i:], vouched, extents)
