@@ -155,12 +155,80 @@ def language_state() -> dict[Any, dict[str, Any]]:
     import triton
 
     objs: list[Any] = [triton, math]  # (kernelsource.py resolves dotted names through these as they were)
-    for name, module in list(sys.modules.items()):
-        if name.startswith("triton.language") and module is not None:
-            objs.append(module)
-            objs += [v for v in vars(module).values() if isinstance(v, type) and
-                     getattr(v, "__module__", "").startswith("triton.language")]
-    return {obj: dict(vars(obj)) for obj in dict.fromkeys(objs)}
+    held: list[Any] = []
+    modules = [m for n, m in list(sys.modules.items()) if n.startswith("triton.language") and m is not None]
+    seen: set[int] = set()
+    while modules:  # and the submodules reached as attributes (triton.language.extra loads its backends' itself)
+        module = modules.pop()
+        if id(module) in seen:
+            continue
+        seen.add(id(module))
+        objs.append(module)
+        objs += [v for v in vars(module).values() if isinstance(v, type) and
+                 getattr(v, "__module__", "").startswith("triton.language")]
+        held += [v for v in vars(module).values() if _an_instance(v)]  # tl.float32, tl.zeros (a @jit object)
+        modules += [v for v in vars(module).values() if isinstance(v, types.ModuleType)
+                    and v.__name__.startswith("triton.language")]
+    state: dict[Any, dict[str, Any]] = {obj: dict(vars(obj)) for obj in dict.fromkeys(objs)}
+    state.update({Held(v): dict(vars(v)) for v in held})
+    return state
+
+
+def _an_instance(value: Any) -> bool:
+    """An object of Triton's own classes (a dtype, a @jit function object) with attributes of its own."""
+    return (not isinstance(value, (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType))
+            and type(value).__module__.startswith("triton.") and hasattr(value, "__dict__"))
+
+
+class Held:
+    """An object held in `language_state` by identity (a dtype compares equal to others by name)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Held) and other.obj is self.obj
+
+
+def _held(key: Any) -> Any:
+    return key.obj if isinstance(key, Held) else key
+
+
+def reset_language(state: dict[Any, dict[str, Any]]) -> int:
+    """Put the objects of `state` back as it holds them. Before each interpreted launch with `language_state()`: the interpreter runs
+    a kernel body against the live `triton.language`, while the source check and the lowering judged the state
+    taken before the candidate, so a function rebound in it (cheats_v2/c2_fb_rt8_live_tl_rebind_relu) or one set
+    on a dtype (c2_fb_rt8_dtype_attr_fn_relu) must not be what runs. The interpreter makes its own patches inside
+    each launch, after this. Returns how many attributes it put back.
+
+    Each attribute changed since is set back; one added since is removed from a class or an object."""
+    count = 0
+    for key, attrs in state.items():
+        obj = _held(key)
+        live = vars(obj)
+        changed = [(n, v) for n, v in attrs.items() if n not in _FIXED and live.get(n, _MISSING) is not v]
+        # added to a class or an object is removed; to a module not (the interpreter adds its own names to the
+        # modules of Triton's @jit library when it first rewrites one; a name added to a module resolves to nothing
+        # in the source check, which reads the captured state)
+        added = [] if isinstance(obj, types.ModuleType) else [n for n in list(live) if n not in attrs and n not in _FIXED]
+        for name, value in changed:
+            try:
+                setattr(obj, name, value)
+                count += 1
+            except (AttributeError, TypeError):  # a read-only slot: left as it is
+                pass
+        for name in added:
+            try:
+                delattr(obj, name)
+                count += 1
+            except (AttributeError, TypeError):
+                pass
+    return count
 
 
 class _pristine:
@@ -172,7 +240,8 @@ class _pristine:
         self.state, self.saved = state or {}, []
 
     def __enter__(self) -> None:
-        for obj, attrs in self.state.items():
+        for key, attrs in self.state.items():
+            obj = _held(key)
             for name, value in attrs.items():
                 if name in _FIXED or vars(obj).get(name, _MISSING) is value:
                     continue

@@ -165,9 +165,14 @@ def _interpreter_tables() -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {f"shared:interp.{name}": value for name, value in list(vars(interpreter).items())
                            if callable(value) or name in _INTERP_OBJECTS}
+    # the modules its builder computes with: the C helpers (`_interpreter.load`, cheats_v2/c2_fb_rt8_c_helper_load_relu)
+    # and NumPy's functions
+    for label, module in (("interp_c", getattr(interpreter, "_interpreter", None)), ("numpy", getattr(interpreter, "np", None))):
+        if module is not None:
+            out.update({f"shared:{label}.{name}": value for name, value in list(vars(module).items()) if callable(value)})
     objects = [getattr(interpreter, name, None) for name in _INTERP_OBJECTS]
     for cls in (interpreter.InterpreterBuilder, interpreter.GridExecutor, interpreter.InterpretedFunction,
-                type(objects[1])):
+                getattr(interpreter, "TensorHandle", interpreter.GridExecutor), type(objects[1])):
         out.update({f"shared:{cls.__name__}.{name}": value for name, value in list(vars(cls).items())})
     for label, obj in zip(_INTERP_OBJECTS, objects):
         out.update({f"shared:{label}.{name}": value for name, value in list(getattr(obj, "__dict__", {}).items())
@@ -194,7 +199,7 @@ def _shared_changed(captured: dict[str, Any]) -> list[str]:
             if label not in captured and label.startswith("shared:Tensor.") and label[len("shared:Tensor."):] in base]
     # added to the interpreter's classes or its builder and semantic objects: nothing of Triton's own adds any
     interp = tuple(f"shared:{name}." for name in (*_INTERP_OBJECTS, "InterpreterBuilder", "GridExecutor",
-                                                   "InterpretedFunction", "TritonSemantic"))
+                                                   "InterpretedFunction", "TensorHandle", "TritonSemantic"))
     bad += [f"{label.removeprefix('shared:')} (added)" for label in now if label not in captured and label.startswith(interp)]
     return bad
 
@@ -303,6 +308,24 @@ def thread_counts() -> tuple[int, int]:
     return threading.active_count(), native
 
 
+def _resolved_grid(kernel: Any, args: tuple, kwargs: dict) -> Any:
+    """An interpreted launch's grid function called here, before the launch's checks, on a dict of the kernel's
+    bound arguments (as a GPU launch calls it), and the grid it returns launched instead. The interpreter would call
+    it inside the launch, after every check and with the very dict the body then runs with: a grid that wrote the
+    answer into it (cheats_v2/c2_fb_rt8_grid_writes_args_hinge), or rebound a global the checked body names, ran
+    where nothing looks. A kernel without a Python function is left as it is."""
+    import inspect
+
+    fn = getattr(kernel, "fn", None)
+    if not callable(fn):
+        return kwargs["grid"]
+    signature = inspect.signature(fn)
+    bound = signature.bind_partial(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
+    bound.apply_defaults()
+    grid = kwargs["grid"](dict(bound.arguments))
+    return tuple(grid) if isinstance(grid, (tuple, list)) else grid
+
+
 def _hook_error(kernel: Any) -> str | None:
     """A pre-run hook on an interpreted kernel (Triton's public `add_pre_run_hook`) is Python that runs inside the
     launch, after the CPU record copied the arguments and before the kernel's loads: it could write the answer the
@@ -345,16 +368,25 @@ class LaunchRecorder:
         original, rec, perf = cls.run, self, time.perf_counter
         interpreted = label == "interpreter"
         if interpreted:  # what runs is the kernel's own source (frontend.Rewrites), in replays too
-            from davinci.kernelgym.frontend import Rewrites
+            from davinci.kernelgym.frontend import Rewrites, reset_language
 
             rewrites, unpinned = Rewrites(), original
 
             def original(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
                 if not kwargs.get("warmup"):
                     rewrites.pin(fn_self)
+                    state = rec._frontend.get("language")
+                    if state is not None:  # the body runs against triton.language as the checks judged it
+                        reset_language(state)
                 return unpinned(fn_self, *args, **kwargs)
 
         def run(fn_self: Any, *args: Any, **kwargs: Any) -> Any:
+            # asked once, as a plain bool: an object whose truth depends on who asks made the checks skip a launch
+            # the interpreter then ran (cheats_v2/c2_fb_rt8_warmup_truthy_skip_relu)
+            if "warmup" in kwargs:
+                kwargs["warmup"] = bool(kwargs["warmup"])
+            if interpreted and not kwargs.get("warmup") and callable(kwargs.get("grid")):
+                kwargs["grid"] = _resolved_grid(fn_self, args, kwargs)  # before the checks: no candidate code after
             rec.total += 1
             if rec.capture is not None and not kwargs.get("warmup"):
                 rec.capture.append((original, fn_self, args, kwargs))
@@ -386,10 +418,13 @@ class LaunchRecorder:
         """On the CPU: a kernel Triton's GPU front end refuses (frontend.py, kernelsource.py), or one with a pre-run
         hook, does not run."""
         from davinci.kernelgym.frontend import FrontendRefused, frontend_error
+        from davinci.kernelgym.kernelsource import argument_error
 
         t0 = _clock()
         try:
-            error = _hook_error(kernel) or frontend_error(kernel, args, kwargs, self._frontend)
+            facts, state = self._frontend.setdefault("sources", {}), self._frontend.get("language")
+            error = (_hook_error(kernel) or argument_error(kernel, args, kwargs, facts, state)
+                     or frontend_error(kernel, args, kwargs, self._frontend))
         finally:
             self.frontend_s += _clock() - t0
         if error:

@@ -76,8 +76,8 @@ from typing import Any, Iterable, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from davinci.kernelgym.launchdata import (LAUNCH_OPTIONS, code_digest, grid_numbers, kernel_name, kernel_params,
-                                          numbers as numbers_in, resolved_grid)
+from davinci.kernelgym.launchdata import (LAUNCH_OPTIONS, canonical, code_digest, grid_numbers, kernel_name,
+                                          kernel_params, numbers as numbers_in, resolved_grid)
 
 MIN_ELEMENTS = 1  # a one-element storage counts too (a wrapped Python scalar: a number from Python, as a fill's)
 # host_compute once the unexplained data that changes with the inputs reaches this share of the output's elements
@@ -178,7 +178,7 @@ class Provenance:
         return _blake2b(memoryview(view), key=self.key, digest_size=16).digest()
 
     def _value_digest(self, label: str, value: Any) -> bytes:
-        return _blake2b(f"{label}={value!r}".encode(), key=self.key, digest_size=16).digest()
+        return _blake2b(f"{label}={canonical(value)!r}".encode(), key=self.key, digest_size=16).digest()
 
     def _vouch(self, start: int, nbytes: int, size: int, keep: Any) -> None:
         self.known[start] = _Extent(start, nbytes, size, self._digest(start, nbytes), keep)
@@ -365,7 +365,7 @@ class Provenance:
         self.codes.add(code_digest(kernel, args, kwargs, self.key))
         named = [*zip(params, args), *((k, v) for k, v in kwargs.items() if k in params or k not in LAUNCH_OPTIONS)]
         for where, value in named:  # a number passed in, however wrapped: data from Python
-            for i, number in enumerate(numbers_in([value], self.int_args)):
+            for i, number in enumerate(numbers_in([value], self.int_args, launch=True)):
                 self._note(1, f"a number passed to kernel {name}", self._value_digest(f"{name}:{where}:{i}", number))
         tensors = tensors_in(list(args)) + tensors_in(dict(kwargs))
         if self.int_args:  # where a pointer points is a number too: a view's offset (or its dtype: the kernel is
@@ -395,8 +395,8 @@ class Provenance:
         both the one passed and the one the interpreter ran over (`resolved_grid`: a grid function's closure may hold
         anything, a string's length, c2_fb_rt7_grid_fn_string_hinge). Honest code launches the same on every input
         of one shape."""
-        shape = (numbers_in(values), views, grid_numbers(grid), resolved)
-        key = (self.call, name, repr(shape))
+        shape = (numbers_in(values, launch=True), views, grid_numbers(grid), resolved)
+        key = (self.call, name, repr(canonical(shape)))
         seen = self._launches[key] = self._launches.get(key, -1) + 1
         self._note(1, f"the numbers, grid or repetition of kernel {name}'s launches",
                    self._value_digest(f"{name}:launch#{seen}", shape))

@@ -126,3 +126,50 @@ def test_a_global_rebound_between_launches_is_refused_at_the_next(state, monkeyp
     monkeypatch.setitem(_honest.fn.__globals__, "SCALE", _python)  # same code, so the cached AST facts are reused
     error = source_error(_honest, facts, state)
     assert error is not None and "`SCALE` is a function" in error, error
+
+
+DEFAULT_BLOCK = 64
+SHAPE = tl.constexpr((1, 2))
+
+
+@triton.jit
+def _global_default(x_ptr, n, BLOCK: tl.constexpr = DEFAULT_BLOCK):
+    offs = tl.arange(0, BLOCK) * SHAPE[0]
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.jit
+def _function_default(x_ptr, BLOCK: tl.constexpr, ACT: tl.constexpr = _python):
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(x_ptr + tl.arange(0, BLOCK), ACT(x))
+
+
+def test_a_global_in_a_default_and_a_constexpr_tuple_pass_as_on_a_gpu(state):
+    """Triton's code generator reads globals freely in parameter defaults, and a constexpr global of a tuple."""
+    assert source_error(_global_default, {}, state) is None
+
+
+def test_a_plain_function_as_a_default_or_a_constexpr_argument_is_refused(state):
+    """A Python function handed to the kernel as a constexpr ran NumPy on the loaded block
+    (c2_fb_rt8_constexpr_param_fn_relu): refused as a default and as a launch argument; a @jit one is checked."""
+    from davinci.kernelgym.kernelsource import argument_error
+
+    error = source_error(_function_default, {}, state)
+    assert error is not None and "default" in error, error
+    error = argument_error(_try_first, (None,), {"BLOCK": _python}, {}, state)
+    assert error is not None and "argument BLOCK of kernel _try_first is a builtins.function" in error, error
+    assert argument_error(_try_first, (None,), {"BLOCK": 16}, {}, state) is None
+    error = argument_error(_try_first, (None,), {"BLOCK": _handle}, {}, state)  # a @jit one: its source checked
+    assert error is not None and "attribute `.handle`" in error, error
+
+
+def test_a_subclass_of_a_number_or_a_dtype_is_refused(state):
+    from davinci.kernelgym.kernelsource import argument_error
+
+    class Liar(float):
+        def __repr__(self) -> str:
+            return "0.0"
+
+    error = argument_error(_try_first, (Liar(0.5),), {"BLOCK": 16}, {}, state)
+    assert error is not None and "Liar" in error, error
+    assert argument_error(_try_first, ((True, 1.0, "s", tl.float32),), {"BLOCK": 16}, {}, state) is None

@@ -443,5 +443,22 @@ def test_a_grid_and_a_constexpr_are_read_as_numbers_without_running_candidate_co
     assert _grid_numbers((4, 1)) == [4, 1]
     assert sorted(_grid_numbers(grid)) == [3, 7] and calls == []
     tl = __import__("pytest").importorskip("triton.language")
-    assert _plain(tl.constexpr(0.25)) == 0.25 and _plain((1, tl.constexpr(2))) == (1, 2)
+    assert _plain(tl.constexpr(0.25)) == "float:0.25" and _plain((1, tl.constexpr(2))) == ("int:1", "int:2")
     assert _plain(object()) == "object"  # no address in a digest
+
+
+def test_a_number_is_digested_by_its_value_whatever_its_class_says():
+    """A float subclass whose repr always says "0.0" carried NumPy's answer (cheats_v2/c2_fb_rt8_float_repr_arg_hinge):
+    the digest reads the built-in type's own repr; a string, a NumPy scalar and containers likewise."""
+    import numpy as np
+
+    from davinci.kernelgym.launchdata import canonical
+
+    class Liar(float):
+        def __repr__(self) -> str:
+            return "0.0"
+
+    assert repr(Liar(0.75)) == "0.0" and canonical(Liar(0.75)) == "float:0.75" != canonical(Liar(0.5))
+    assert canonical((1, "a", None)) == ("int:1", "str:'a'", "None")
+    assert canonical(np.float32(0.5)) != canonical(np.float32(0.25))
+    assert canonical(object()) == "<builtins.object>"  # no address
