@@ -138,9 +138,10 @@ def _signature(jit: Any, args: tuple, kwargs: dict) -> tuple[dict[str, str], dic
 
 
 def language_state() -> dict[Any, dict[str, Any]]:
-    """The attributes of `triton`, `math` and `triton.language` (and the classes the interpreter patches) as they
-    are now: taken
-    before anything was interpreted in the process, the front end runs against them (`_pristine`)."""
+    """The attributes of `triton`, `math`, `triton.language`'s modules, their classes and their objects (dtypes, @jit
+    objects; held by identity, `Held`) as they are now. Taken before the candidate is imported and before anything
+    is interpreted in the process: the lowering runs against them (`_pristine`), the source check resolves names
+    through them (kernelsource.py) and each interpreted launch starts from them (`reset_language`)."""
     import sys
 
     import triton.language  # noqa: F401 (loads its submodules)
@@ -200,13 +201,12 @@ def _held(key: Any) -> Any:
 
 
 def reset_language(state: dict[Any, dict[str, Any]]) -> int:
-    """Put the objects of `state` back as it holds them. Before each interpreted launch with `language_state()`: the interpreter runs
-    a kernel body against the live `triton.language`, while the source check and the lowering judged the state
-    taken before the candidate, so a function rebound in it (cheats_v2/c2_fb_rt8_live_tl_rebind_relu) or one set
-    on a dtype (c2_fb_rt8_dtype_attr_fn_relu) must not be what runs. The interpreter makes its own patches inside
-    each launch, after this. Returns how many attributes it put back.
-
-    Each attribute changed since is set back; one added since is removed from a class or an object."""
+    """Put the objects of `state` back as it holds them: each attribute changed since set back, each one added since
+    removed from a class or an object. Run before each interpreted launch with `language_state()`: the interpreter
+    runs a kernel body against the live `triton.language`, while the source check and the lowering judged the state
+    taken before the candidate, so a function rebound in it (cheats_v2/c2_fb_rt8_live_tl_rebind_relu) or one set on
+    a dtype (c2_fb_rt8_dtype_attr_fn_relu) must not be what runs. The interpreter makes its own patches inside each
+    launch, after this. Returns how many attributes it put back."""
     count = 0
     for key, attrs in state.items():
         obj = _held(key)

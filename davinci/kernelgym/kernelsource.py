@@ -95,12 +95,12 @@ def argument_error(kernel: Any, args: tuple, kwargs: dict, facts: dict, pristine
     None of the built-in types (a subclass chooses its own repr: cheats_v2/c2_fb_rt8_float_repr_arg_hinge), NumPy
     scalars, Triton dtypes, @jit functions (their source checked like the kernel's) and tuples of them. A plain
     Python function passed as a `tl.constexpr` ran NumPy on the loaded block (c2_fb_rt8_constexpr_param_fn_relu)."""
-    import inspect
+    from davinci.kernelgym.launchdata import kernel_params
 
     fn = getattr(kernel, "fn", None)
     if not isinstance(fn, types.FunctionType):
         return None
-    params = list(inspect.signature(fn).parameters)
+    params = kernel_params(kernel)
     named = [*zip(params, args), *((k, v) for k, v in kwargs.items() if k in params)]
     for where, value in named:
         problem = _argument_problem(value, facts, pristine, 0)
@@ -113,9 +113,9 @@ def _argument_problem(value: Any, facts: dict, pristine: dict | None, depth: int
     import torch
     from triton.language import core
 
-    from davinci.kernelgym.launchdata import _numpy_scalar
+    from davinci.kernelgym.launchdata import numpy_scalar
 
-    if isinstance(value, torch.Tensor) or type(value) in (int, float, bool, str, type(None)) or _numpy_scalar(value):
+    if isinstance(value, torch.Tensor) or type(value) in (int, float, bool, str, type(None)) or numpy_scalar(value):
         return None
     if type(value) in (tuple, list, torch.Size) and depth < 3:
         return next((p for p in (_argument_problem(v, facts, pristine, depth + 1) for v in value) if p), None)
@@ -147,10 +147,11 @@ def read_facts(fn: types.FunctionType) -> SourceFacts:
     bound |= {a.arg for a in (root.args.vararg, root.args.kwarg) if a is not None}
     bound |= {n.id for n in ast.walk(root) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     in_args = {id(n) for n in ast.walk(root.args)}  # defaults and annotations: evaluated when the def runs
+    parents = {id(child): parent for parent in ast.walk(root) for child in ast.iter_child_nodes(parent)}
     chains, arg_chains = [], []
     for node in ast.walk(root):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in bound:
-            (arg_chains if id(node) in in_args else chains).append(_chain(node, root))
+            (arg_chains if id(node) in in_args else chains).append(_chain(node, parents))
     return SourceFacts(None, tuple(dict.fromkeys(chains)), tuple(dict.fromkeys(arg_chains)))
 
 
@@ -184,9 +185,9 @@ def _bad_attribute(name: str) -> bool:
     return name == "handle" or (name.startswith("__") and name.endswith("__"))
 
 
-def _chain(node: ast.Name, root: ast.AST) -> tuple[str, ...]:
-    """The dotted name that starts at `node` (its enclosing Attribute loads), e.g. ("tl", "math", "exp")."""
-    parents = {id(child): parent for parent in ast.walk(root) for child in ast.iter_child_nodes(parent)}
+def _chain(node: ast.Name, parents: dict[int, ast.AST]) -> tuple[str, ...]:
+    """The dotted name that starts at `node` (its enclosing Attribute loads, through `parents`: id -> parent node),
+    e.g. ("tl", "math", "exp")."""
     chain, here = [node.id], node
     while isinstance(parents.get(id(here)), ast.Attribute) and parents[id(here)].value is here:
         here = parents[id(here)]

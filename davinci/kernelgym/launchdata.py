@@ -77,7 +77,7 @@ def plain(value: Any) -> Any:
     built-in text (`canonical`), containers inside, anything else by type (its repr may hold an address that
     differs between processes)."""
     inner = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
-    if inner is None or isinstance(inner, (bool, int, float, str, bytes)) or _numpy_scalar(inner):
+    if inner is None or isinstance(inner, (bool, int, float, str, bytes)) or numpy_scalar(inner):
         return canonical(inner)
     if isinstance(inner, (tuple, list)):
         return tuple(plain(v) for v in inner)
@@ -95,7 +95,7 @@ def canonical(value: Any, depth: int = 0) -> Any:
             return f"{base.__name__}:{base.__repr__(value)}"
     if value is None:
         return "None"
-    if _numpy_scalar(value):
+    if numpy_scalar(value):
         import numpy as np
 
         return f"{type(value).__name__}:{np.ndarray.tobytes(np.array([value], dtype=type(value))).hex()}"
@@ -106,7 +106,7 @@ def canonical(value: Any, depth: int = 0) -> Any:
     return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
 
-def _numpy_scalar(value: Any) -> bool:
+def numpy_scalar(value: Any) -> bool:
     """A NumPy scalar of NumPy's own type (a subclass defined elsewhere is not one)."""
     kind = type(value)
     return kind.__module__ == "numpy" and hasattr(kind, "dtype") and kind.__name__ not in ("ndarray", "dtype")
