@@ -598,6 +598,7 @@ def gather_evidence(job: Job) -> None:
     ev = job.evidence
     ev.patched = list(dict.fromkeys([*ev.patched, *(str(p) for p in reply.get("patched", []))]))  # before + after timing
     ev.state_changed.update(reply.get("state_changed", {}))
+    ev.refused = list(dict.fromkeys([*ev.refused, *(str(r) for r in reply.get("refused", []))]))
     threads = reply.get("threads") or []
     if len(threads) == 4:
         ev.python_threads = (int(threads[0]), int(threads[2]))

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from davinci.kernelgym import guards, transport
+from davinci.kernelgym import guards, pyaudit, transport
 from davinci.kernelgym.compare import flatten_outputs
 from davinci.kernelgym.protocol import Channel, ChannelError, socket_from_fd
 from davinci.kernelgym.accounting import PoisonMode, StoreRecorder, _extent
@@ -89,6 +89,24 @@ def _check_leaves(leaves: list[Any], device: str) -> dict[str, str] | None:
         if leaf.device.type != torch.device(device).type:
             return {"bad_output": f"output {i} is on {leaf.device}, expected {device}"}
     return None
+
+
+def _writable(job: dict[str, Any]) -> list[str]:
+    """The folders of the job that the candidate can write: its job folder and its build folder."""
+    build = job.get("env", {}).get("TRITON_CACHE_DIR")
+    return [os.path.dirname(job["path"]), *([os.path.dirname(build)] if build else [])]
+
+
+def _start_triton_driver() -> None:
+    """Triton's driver, started by the harness: its probe calls the CUDA driver through ctypes, which the audit hook
+    refuses while the candidate's code is on the stack (pyaudit.py), and it would otherwise start at the candidate's
+    first launch. With the job's folders set: it loads its compiled utilities from the build folder's cache."""
+    try:
+        from triton.runtime import driver
+
+        driver.active.get_current_device()
+    except Exception:  # no Triton or no GPU driver: the candidate's launch reports it
+        pass
 
 
 def _import_module(job: dict[str, Any]) -> Any:
@@ -144,6 +162,10 @@ class Harness:
         self.static_outputs = False  # the warm-up calls handed back one storage twice (static_outputs.py)
         self.timed_reuse = (False, False)  # the last timed request's (static outputs, audit A) for op_release
         self._collect_after = False
+        # a candidate's code may not reach this process's frames, objects or memory (pyaudit.py); the hook is added
+        # before its module is imported (load), and its refusals are reported with the integrity request
+        self.refused = (pyaudit.install([job["path"]], writable=_writable(job)) if job.get("source") is None
+                        and job.get("path") else list)
         self.objects0 = guards.capture_objects({"harness": self, "timer": self.timer, "recorder": self.rec,
                                                 "stores": self.stores, "channel": self.chan})
 
@@ -162,6 +184,8 @@ class Harness:
         os.dup2(log, 2)
         os.close(log)
         faulthandler.enable()
+        if self.cuda:
+            _start_triton_driver()
         t0 = self._perf()
         cls_name = str(job.get("cls", "ModelNew"))
         try:
@@ -570,7 +594,7 @@ class Harness:
     def op_integrity(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
         return {"ok": True, "patched": guards.changed(self.refs) + guards.objects_changed(self.objects0),
                 "state_changed": guards.state_diff(self.state0, guards.global_state()),
-                "threads": [*self.threads0, *guards.thread_counts()]}, []
+                "threads": [*self.threads0, *guards.thread_counts()], "refused": self.refused()}, []
 
     def serve(self, first_reply: dict[str, Any], entries: tuple) -> int:
         """Answer requests until "bye", through `entries` (`entry_points()`, taken before the candidate was

@@ -37,6 +37,7 @@ class Evidence:
     subclass: str | None = None
     patched: list[str] = field(default_factory=list)
     state_changed: dict[str, Any] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)  # pyaudit.py: frames, gc scans, raw memory refused
     python_threads: tuple[int, int] | None = None      # (before the import, after everything)
     timed_native_thread_growth: int = 0
     timed_calls: int = 0       # scored timed calls of the candidate
@@ -165,6 +166,13 @@ def runtime_backend(ev: Evidence, static: str) -> str:
 @RUNTIME_CHECKS.register("patched_functions")
 def patched_functions(ev: Evidence) -> str | None:
     return f"rebinds functions the evaluator relies on: {', '.join(ev.patched[:5])}" if ev.patched else None
+
+
+@RUNTIME_CHECKS.register("interpreter_access")
+def interpreter_access(ev: Evidence) -> str | None:
+    if ev.refused:
+        return f"reached for the interpreter's frames, objects or memory (refused): {'; '.join(ev.refused[:3])}"
+    return None
 
 
 @RUNTIME_CHECKS.register("global_state")

@@ -1,0 +1,203 @@
+"""Python's audit hooks in the candidate's process: the interpreter's frames and objects kept from its code.
+
+A candidate that walks the call stack (`sys._getframe`, a traceback's `tb_frame`, a generator's `gi_frame`),
+scans the garbage collector (`gc.get_objects`, `get_referrers`, `get_referents`), installs a trace or profile
+function, or reads raw memory through ctypes reaches the harness's own objects in the same process: the launch
+and provenance records, the timer, the channel (cheats_open/c3_f2_vouch_own_scratch found the live provenance
+record among its caller frames and vouched for a NumPy-made buffer). Every one of those operations raises a
+CPython audit event before it happens, whatever name the code reached it by (`getattr` on built strings,
+`inspect`, `traceback`, `logging.currentframe`), and an audit hook, once added, cannot be removed from Python.
+
+`install` adds one hook before the candidate's module is imported. While code of the candidate is on the
+calling thread's stack (its module's file, a file under the folders it can write, code it compiled itself),
+the hook refuses (raises `RuntimeError` before the operation runs) and records:
+- a frame handed out (`sys._getframe`, `sys._current_frames`, `tb_frame`, `gi_frame`, `cr_frame`, `ag_frame`),
+  unless the code that asked is a library function that only reads a module name or a file and line from it
+  (`CONSUMERS`: `collections.namedtuple`, `enum`, `typing._caller`, `torch.library`, `logging`'s
+  `findCaller`, ...: honest code reaches these by creating a named tuple, an enum or a custom op, or by
+  logging), or a library module's own top-level code that the candidate's import of it runs (PyTorch and
+  Triton import modules lazily during a first forward). The functions that only pass a frame on (`inspect`,
+  `traceback`, `logging.currentframe`) are looked through to the code that asked them. Both are known by
+  their code objects, taken at install time, never by file name: code the candidate compiles under a
+  library's file name is another object;
+- a garbage-collector scan, `sys._current_frames`, `sys.settrace`, `sys.setprofile`;
+- ctypes reading or writing memory at an address or calling a foreign function.
+
+The refusals are the evidence (`refused()`, reported with the integrity request; the runtime check
+`interpreter_access` flags them under every preset). What this cannot see: a reference the candidate follows
+without an audited step (a harness function's `__closure__`, a module's globals); those objects stay guarded
+by the identity and state comparisons of guards.py, and the verdict-critical figures are measured outside the
+process. Measured on the honest corpus (tests/kernelgym/test_pyaudit.py): no refusal.
+
+    refused = pyaudit.install([candidate_path], writable=[job_dir, build_dir])
+    ...
+    refused()  # ["sys._getframe from candidate_x.py:12 (_records)", ...]
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from typing import Any, Callable, Iterable
+
+# events that hand out a frame: refused unless a CONSUMER (or a library module's import) asked
+FRAME_EVENTS = frozenset({"sys._getframe"})
+FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+# events refused whenever the candidate's code is on the stack, whoever asked
+ALWAYS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                    "sys.settrace", "sys.setprofile", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at",
+                    "ctypes.wstring_at", "ctypes.call_function", "ctypes.addressof"})
+# events whose target becomes the candidate's code when the candidate's code asked for it
+COMPILING = frozenset({"compile", "exec", "code.__new__"})
+WATCHED = FRAME_EVENTS | ALWAYS | COMPILING
+
+# library functions that take a frame and keep only a module name, a file or a line: (module, attribute path)
+CONSUMERS = (("collections", "namedtuple"), ("enum", "EnumType._create_"), ("enum", "EnumMeta._create_"),
+             ("typing", "_caller"), ("typing_extensions", "_caller"),
+             ("typing_extensions", "_has_generic_or_protocol_as_origin"), ("logging", "Logger.findCaller"),
+             ("torch.library", "Library.__init__"), ("torch.library", "Library._register_fake"),
+             ("torch._library.utils", "get_source"), ("torch.fx._symbolic_trace", "wrap"))
+# modules whose functions hand a frame on to their caller: looked through
+PASSERS = ("inspect", "traceback")
+LIMIT = 16  # refusals kept (the first ones say what happened)
+
+
+def _codes(obj: Any) -> set[types.CodeType]:
+    """The code objects of a function, a class's functions, or a module's, with the code nested in them."""
+    found: set[types.CodeType] = set()
+    if isinstance(obj, types.ModuleType):
+        items = [v for v in vars(obj).values() if getattr(v, "__module__", None) == obj.__name__]
+    elif isinstance(obj, type):
+        items = list(vars(obj).values())
+    else:
+        items = [obj]
+    stack = []
+    for item in items:
+        item = getattr(item, "__func__", item)
+        if isinstance(item, (staticmethod, classmethod)):
+            item = item.__func__
+        if isinstance(item, types.FunctionType):
+            stack.append(item.__code__)
+        elif isinstance(item, type) and not isinstance(obj, type):
+            found |= _codes(item)
+    while stack:
+        code = stack.pop()
+        found.add(code)
+        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return found
+
+
+def _resolve(module: str, path: str) -> Any:
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        return obj
+    except (ImportError, AttributeError):  # another version of the library: nothing to allow
+        return None
+
+
+def trusted_codes() -> tuple[frozenset, frozenset, frozenset]:
+    """(consumers, passers, import machinery): code objects, taken now (before the candidate exists)."""
+    consumers: set[types.CodeType] = set()
+    for module, path in CONSUMERS:
+        obj = _resolve(module, path)
+        if obj is not None:
+            consumers |= _codes(obj)
+    passers = set().union(*(_codes(importlib.import_module(m)) for m in PASSERS))
+    logging = importlib.import_module("logging")
+    passers |= _codes(logging.currentframe)
+    bootstrap = sys.modules.get("_frozen_importlib")
+    loading = {bootstrap._find_and_load.__code__} if bootstrap is not None else set()
+    return frozenset(consumers), frozenset(passers), frozenset(loading)
+
+
+def library_roots() -> tuple[str, ...]:
+    """The sys.path folders that the modules loaded so far came from, and the interpreter's own: code from a
+    file under none of them is the candidate's (a module it wrote to /tmp or to its job folder and imported)."""
+    entries = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
+    used = {os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if isinstance(name, str) and name.startswith("/"):
+            real = os.path.realpath(name)
+            used.update(p for p in entries[:] if real.startswith(p + "/"))
+    return tuple(sorted(p.rstrip("/") + "/" for p in used))
+
+
+def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Callable[[], list[str]]:
+    """Add the audit hook (for the life of the process) and return the reader of its refusals.
+
+    candidate_files: the candidate's module file(s); writable: folders it can write inside the library roots
+    (its job and build folders), whose files are its code too."""
+    library = library_roots()
+    harness = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + "/"  # davinci/
+    mine = tuple(os.path.realpath(r).rstrip("/") + "/" for r in writable)
+    verdicts: dict[str, bool] = {f: True for f in candidate_files}
+    verdicts.update({os.path.realpath(f): True for f in candidate_files})
+    consumers, passers, loading = trusted_codes()
+    refused: list[str] = []
+    state = {"busy": False}
+    getframe, realpath = sys._getframe, os.path.realpath
+
+    def candidate(code: types.CodeType) -> bool:
+        name = code.co_filename
+        found = verdicts.get(name)
+        if found is None:  # "<frozen ...>", "<string>": a library's, unless the candidate compiled it (below)
+            real = realpath(name) if name.startswith("/") else ""
+            found = bool(real) and (real.startswith(mine) or not real.startswith(library))
+            verdicts[name] = found
+        return found
+
+    def verdict(event: str, args: tuple, codes: list[types.CodeType]) -> str | None:
+        at = next((i for i, c in enumerate(codes) if candidate(c)), None)
+        if at is None:
+            return None
+        if event in COMPILING:
+            if at == 0:  # the candidate's own compile: what it made is the candidate's code too
+                target = args[0] if event == "exec" else None
+                name = target.co_filename if isinstance(target, types.CodeType) else (
+                    args[1] if len(args) > 1 and isinstance(args[1], str) else None)
+                if name:
+                    verdicts[name] = True
+            return None
+        asker = next((i for i, c in enumerate(codes) if c not in passers), 0)
+        code = codes[asker]
+        if asker < at and code.co_filename.startswith("/") and realpath(code.co_filename).startswith(harness):
+            return None  # the harness's own records (provenance digests, guards) at work inside a candidate call
+        label = event if event != "object.__getattr__" else f".{args[1]}"
+        where = f"{label} from {os.path.basename(code.co_filename)}:{code.co_firstlineno} ({code.co_name})"
+        if event in ALWAYS:
+            return where
+        if asker < at and (code in consumers or any(c in loading for c in codes[asker:at])):
+            return None  # a library reading a module name, or a library module's own import
+        return where
+
+    def hook(event: str, args: tuple) -> None:
+        if not (event in WATCHED or event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRS):
+            return
+        if state["busy"]:  # our own getframe below
+            return
+        state["busy"] = True
+        try:
+            reason = verdict(event, args, [f.f_code for f in _stack(getframe(1))])
+        finally:
+            state["busy"] = False
+        if reason:
+            if len(refused) < LIMIT:
+                refused.append(reason)
+            raise RuntimeError(f"kernelgym refuses {reason}: the candidate's code may not reach the interpreter's "
+                               "frames, objects or memory (the harness's records live in this process)")
+
+    sys.addaudithook(hook)
+    return lambda: list(refused)
+
+
+def _stack(frame: Any) -> list[Any]:
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames

@@ -1,0 +1,165 @@
+"""The audit hook of the candidate's process (davinci/kernelgym/pyaudit.py): what it refuses to the candidate's
+code, what it lets honest code and libraries do.
+
+An audit hook cannot be removed once added, so every case runs in one fresh interpreter (`_run`): a "candidate"
+module written to a temporary folder and imported after `pyaudit.install`, a "library" folder on sys.path that
+provided a module before the hook was added, and one line of JSON per case: what the call returned or the error
+it raised. The evaluator-level attacks are cheats_v2/c2_hp_rt10_* (test_cheats_v2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CANDIDATE = '''
+import collections, enum, gc, inspect, logging, sys, traceback, typing
+
+def direct():
+    return type(sys._getframe(0)).__name__
+
+def through_inspect():
+    return type(inspect.currentframe()).__name__
+
+def through_traceback():
+    return [type(f).__name__ for f, _ in traceback.walk_stack(None)][:1]
+
+def through_exception():
+    try:
+        raise ValueError
+    except ValueError as exc:
+        return type(getattr(getattr(exc, "__trace" + "back__"), "tb_" + "frame")).__name__
+
+def through_generator():
+    def gen():
+        me = yield
+        yield getattr(me, "gi_" + "frame")
+    g = gen()
+    next(g)
+    return type(g.send(g)).__name__
+
+def gc_scan():
+    return len(getattr(sys.modules["g" + "c"], "get_" + "objects")()) > 0
+
+def as_typing():
+    ns = {"_sys": sys}
+    exec(compile("def _caller(depth=1):\\n    return _sys._getframe(depth + 1)\\n", typing.__file__, "exec"), ns)
+    return type(ns["_caller"](0)).__name__
+
+def honest():
+    Point = collections.namedtuple("Point", "x y")
+    Color = enum.Enum("Color", "RED GREEN")
+    T = typing.TypeVar("T")
+    logging.getLogger("cand").warning("a log line from the candidate")
+    return [Point(1, 2).y, Color.RED.value, T.__name__]
+
+def imports_library():
+    import libmod_b
+    return libmod_b.NAME
+
+def imports_own_module(folder):
+    import importlib, os
+    with open(os.path.join(folder, "own_mod.py"), "w") as f:
+        f.write("import sys\\nFRAME = type(sys._getframe(0)).__name__\\n")
+    sys.path.insert(0, folder)
+    return importlib.import_module("own_mod").FRAME
+
+def caught():
+    try:
+        return direct()
+    except RuntimeError:
+        return "carried on"
+'''
+
+DRIVER = '''
+import importlib.util, json, sys
+sys.path.insert(0, {lib!r})
+import libmod_a  # the library folder provided a module before the hook: a library root
+sys.path.insert(0, {root!r})
+from davinci.kernelgym import pyaudit
+refused = pyaudit.install([{cand!r}], writable=[])
+spec = importlib.util.spec_from_file_location("cand", {cand!r})
+cand = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cand)
+for name, args in {cases!r}:
+    before = len(refused())
+    try:
+        out = {{"value": getattr(cand, name)(*args)}}
+    except Exception as exc:
+        out = {{"error": type(exc).__name__ + ": " + str(exc)}}
+    out["refused"] = refused()[before:]
+    print(json.dumps({{"case": name, **out}}))
+print(json.dumps({{"case": "harness", "value": [type(sys._getframe(0)).__name__, len(__import__("gc").get_objects()) > 0],
+                  "refused": refused()}}))
+'''
+
+# as_typing last: from then on typing.py's file name stands for the candidate's code in this process, and the
+# real typing._caller is refused to it too (a candidate that compiles under a library's name loses the library)
+CASES = [("direct", ()), ("through_inspect", ()), ("through_traceback", ()), ("through_exception", ()),
+         ("through_generator", ()), ("gc_scan", ()), ("honest", ()), ("imports_library", ()),
+         ("imports_own_module", ()), ("caught", ()), ("as_typing", ())]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> dict[str, dict]:
+    base = tmp_path_factory.mktemp("pyaudit")
+    lib = base / "lib"
+    lib.mkdir()
+    (lib / "libmod_a.py").write_text("VALUE = 1\n")
+    (lib / "libmod_b.py").write_text("import sys\nNAME = sys._getframe(0).f_globals['__name__']\n")
+    cand = base / "cand.py"
+    cand.write_text(CANDIDATE)
+    own = base / "own"
+    own.mkdir()
+    cases = [(n, (str(own),) if n == "imports_own_module" else a) for n, a in CASES]
+    script = DRIVER.format(lib=str(lib), root=str(ROOT), cand=str(cand), cases=cases)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["case"]: r for r in map(json.loads, proc.stdout.splitlines())}
+
+
+@pytest.mark.parametrize("case", ["direct", "through_inspect", "through_traceback", "through_exception",
+                                  "through_generator", "gc_scan", "as_typing", "imports_own_module"])
+def test_the_candidates_code_is_refused_a_frame_or_a_scan(results, case):
+    r = results[case]
+    assert "kernelgym refuses" in r.get("error", ""), r
+    assert len(r["refused"]) == 1, r
+
+
+def test_the_refusal_names_the_event_and_the_code_that_asked(results):
+    assert results["direct"]["refused"][0].startswith("sys._getframe from cand.py:")
+    assert results["through_exception"]["refused"][0].startswith(".tb_frame from cand.py:")
+    assert results["gc_scan"]["refused"][0].startswith("gc.get_objects from cand.py:")
+    # code compiled under typing's file name is not typing's code: it is the candidate's
+    assert results["as_typing"]["refused"][0].startswith("sys._getframe from typing.py:1 (_caller)")
+
+
+def test_honest_library_use_is_not_refused(results):
+    """namedtuple, a functional Enum, a TypeVar and logging read the caller's module name from a frame."""
+    assert results["honest"] == {"case": "honest", "value": [2, 1, "T"], "refused": []}
+
+
+def test_a_library_modules_own_import_is_not_refused(results):
+    assert results["imports_library"] == {"case": "imports_library", "value": "libmod_b", "refused": []}
+
+
+def test_a_refusal_the_candidate_catches_is_still_reported(results):
+    r = results["caught"]
+    assert r["value"] == "carried on" and len(r["refused"]) == 1
+
+
+def test_the_harness_outside_the_candidates_calls_is_not_refused(results):
+    r = results["harness"]
+    assert r["value"] == ["frame", True]
+    assert len(r["refused"]) == 9  # the eight refused cases and the caught one, nothing from the harness
+
+
+def test_compiling_under_a_librarys_name_makes_that_name_the_candidates(results):
+    """Code the candidate compiles under typing.py's name and `_caller` is not typing._caller: it is refused."""
+    assert results["as_typing"]["refused"] == ["sys._getframe from typing.py:1 (_caller)"]
