@@ -15,9 +15,10 @@ the hook refuses (raises `RuntimeError` before the operation runs) and records:
   unless the code that asked is a library function that only reads a module name or a file and line from it
   (`CONSUMERS`: `collections.namedtuple`, `enum`, `typing._caller`, `torch.library`, `logging`'s
   `findCaller`, ...: honest code reaches these by creating a named tuple, an enum or a custom op, or by
-  logging), or a library module's own top-level code that the candidate's import of it runs (PyTorch and
-  Triton import modules lazily during a first forward). The functions that only pass a frame on (`inspect`,
-  `traceback`, `logging.currentframe`) are looked through to the code that asked them. Both are known by
+  logging; `traceback`'s functions that give back text, as `torch.cuda` does to record a lazy call's stack), or a
+  library module's own top-level code that the candidate's import of it runs (PyTorch and Triton import modules
+  lazily during a first forward). The functions that only pass a frame on (`inspect`, `traceback.walk_stack` and
+  `walk_tb`, `logging.currentframe`) are looked through to the code that asked them. Both are known by
   their code objects, taken at install time, never by file name: code the candidate compiles under a
   library's file name is another object;
 - a garbage-collector scan, `sys._current_frames`, `sys.settrace`, `sys.setprofile`;
@@ -59,8 +60,12 @@ CONSUMERS = (("collections", "namedtuple"), ("enum", "EnumType._create_"), ("enu
              ("typing_extensions", "_has_generic_or_protocol_as_origin"), ("logging", "Logger.findCaller"),
              ("torch.library", "Library.__init__"), ("torch.library", "Library._register_fake"),
              ("torch._library.utils", "get_source"), ("torch.fx._symbolic_trace", "wrap"))
-# modules whose functions hand a frame on to their caller: looked through
-PASSERS = ("inspect", "traceback")
+# modules whose functions take frames and give back only text, names and line numbers (traceback.extract_stack,
+# format_stack, format_exc: torch.cuda records the stack of a lazy call this way), less the ones in PASSING
+CONSUMER_MODULES = ("traceback",)
+# functions that hand a frame on to their caller: looked through to the code that called them
+PASSER_MODULES = ("inspect",)
+PASSING = (("traceback", "walk_stack"), ("traceback", "walk_tb"), ("logging", "currentframe"))
 LIMIT = 16  # refusals kept (the first ones say what happened)
 
 
@@ -101,14 +106,16 @@ def _resolve(module: str, path: str) -> Any:
 
 def trusted_codes() -> tuple[frozenset, frozenset, frozenset]:
     """(consumers, passers, import machinery): code objects, taken now (before the candidate exists)."""
-    consumers: set[types.CodeType] = set()
+    passers = set().union(*(_codes(importlib.import_module(m)) for m in PASSER_MODULES))
+    for module, path in PASSING:
+        obj = _resolve(module, path)
+        if obj is not None:
+            passers |= _codes(obj)
+    consumers = set().union(*(_codes(importlib.import_module(m)) for m in CONSUMER_MODULES)) - passers
     for module, path in CONSUMERS:
         obj = _resolve(module, path)
         if obj is not None:
             consumers |= _codes(obj)
-    passers = set().union(*(_codes(importlib.import_module(m)) for m in PASSERS))
-    logging = importlib.import_module("logging")
-    passers |= _codes(logging.currentframe)
     bootstrap = sys.modules.get("_frozen_importlib")
     loading = {bootstrap._find_and_load.__code__} if bootstrap is not None else set()
     return frozenset(consumers), frozenset(passers), frozenset(loading)

@@ -30,8 +30,9 @@ CHEATS = {
     "cheat_phase_detect": ("relu", {"hack", "mismatch"}, set()),  # caught by a trial or the timed spot check                  # 10
     "cheat_timer_patch": ("relu", {"hack"}, {"monkeypatch", "patched_functions"}),  # 11
     "cheat_timer_patch_alias": ("relu", {"hack"}, {"patched_functions"}),         # 11
-    "cheat_gc_introspection": ("relu", {"mismatch"}, {"introspection"}),          # 12
-    "cheat_frame_introspection": ("relu", {"mismatch"}, {"introspection"}),       # 12
+    # 12: the audit hook refuses the scan and the frame (pyaudit.py): the forward raises
+    "cheat_gc_introspection": ("relu", {"runtime"}, {"introspection"}),
+    "cheat_frame_introspection": ("relu", {"runtime"}, {"introspection"}),
     "cheat_forge_channel": ("relu", {"crash", "mismatch"}, {"channel_tampering", "io_access"}),  # 13
     "cheat_exit_import": ("relu", {"compile", "crash"}, set()),                   # 13
     "cheat_exit_forward": ("relu", {"crash"}, set()),                             # 13

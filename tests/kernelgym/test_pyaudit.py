@@ -57,7 +57,10 @@ def honest():
     Color = enum.Enum("Color", "RED GREEN")
     T = typing.TypeVar("T")
     logging.getLogger("cand").warning("a log line from the candidate")
-    return [Point(1, 2).y, Color.RED.value, T.__name__]
+    import torch
+    torch.manual_seed(0)  # torch.cuda records the stack of its lazy seed call (traceback.format_stack)
+    lines = traceback.format_stack()
+    return [Point(1, 2).y, Color.RED.value, T.__name__, isinstance(lines[-1], str)]
 
 def imports_library():
     import libmod_b
@@ -141,8 +144,9 @@ def test_the_refusal_names_the_event_and_the_code_that_asked(results):
 
 
 def test_honest_library_use_is_not_refused(results):
-    """namedtuple, a functional Enum, a TypeVar and logging read the caller's module name from a frame."""
-    assert results["honest"] == {"case": "honest", "value": [2, 1, "T"], "refused": []}
+    """namedtuple, a functional Enum, a TypeVar and logging read the caller's module name from a frame;
+    torch.manual_seed and traceback.format_stack read the stack as text."""
+    assert results["honest"] == {"case": "honest", "value": [2, 1, "T", True], "refused": []}
 
 
 def test_a_library_modules_own_import_is_not_refused(results):
