@@ -80,9 +80,7 @@ def _codes(obj: Any) -> set[types.CodeType]:
         items = [obj]
     stack = []
     for item in items:
-        item = getattr(item, "__func__", item)
-        if isinstance(item, (staticmethod, classmethod)):
-            item = item.__func__
+        item = getattr(item, "__func__", item)  # a method, a staticmethod or a classmethod: its function
         if isinstance(item, types.FunctionType):
             stack.append(item.__code__)
         elif isinstance(item, type) and not isinstance(obj, type):
@@ -124,13 +122,13 @@ def trusted_codes() -> tuple[frozenset, frozenset, frozenset]:
 def library_roots() -> tuple[str, ...]:
     """The sys.path folders that the modules loaded so far came from, and the interpreter's own: code from a
     file under none of them is the candidate's (a module it wrote to /tmp or to its job folder and imported)."""
-    entries = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}, key=len, reverse=True)
+    entries = {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
     used = {os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}}
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__file__", None)
-        if isinstance(name, str) and name.startswith("/"):
-            real = os.path.realpath(name)
-            used.update(p for p in entries[:] if real.startswith(p + "/"))
+    folders = {os.path.dirname(name) for module in list(sys.modules.values())
+               if isinstance(name := getattr(module, "__file__", None), str) and name.startswith("/")}
+    for folder in folders:  # resolved once per folder, not per module: this runs in every candidate process
+        real = os.path.realpath(folder) + "/"
+        used.update(p for p in entries if real.startswith(p + "/"))
     return tuple(sorted(p.rstrip("/") + "/" for p in used))
 
 
