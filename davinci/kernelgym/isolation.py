@@ -25,7 +25,10 @@ Two stages, because a candidate process is forked (and its device initialised) b
 
 Layer names: netns, pidns, ipcns, mountns, proc, readonly_fs, private_tmp, hidden_state, user, no_caps,
 no_new_privs, landlock, seccomp (plus userns when the namespaces came from an unprivileged user namespace).
-`required_layers()` lists those `GymConfig.require_isolation` insists on.
+`required_layers()` lists those `GymConfig.require_isolation` insists on. A candidate's result also names
+audit_hook: the CPython audit hook that refuses the candidate's code frames, gc scans, tracing and ctypes memory
+in its own process (pyaudit.py); it is added by the harness, not the kernel, so the isolation probe (which runs no
+candidate) does not report it and `require_isolation` does not ask for it.
 """
 
 from __future__ import annotations
@@ -373,8 +376,8 @@ def landlock(writable: list[Path], errors: dict[str, str]) -> bool:
 
 def summary(layers: dict[str, Any] | None) -> dict[str, Any]:
     """{"held": [...], "missing": [...], "errors": {...}} of a result's `details["sandbox"]`, over REQUIRED
-    plus the optional layers (landlock, proc, userns) that appear in it."""
+    plus the optional layers (landlock, proc, userns, audit_hook) that appear in it."""
     layers = dict(layers or {})
-    names = list(REQUIRED) + [k for k in ("landlock", "proc", "userns") if k in layers]
+    names = list(REQUIRED) + [k for k in ("landlock", "proc", "userns", "audit_hook") if k in layers]
     return {"held": [n for n in names if layers.get(n)], "missing": [n for n in names if not layers.get(n)],
             "errors": dict(layers.get("errors") or {})}

@@ -177,6 +177,8 @@ class Harness:
         tempfile.tempdir = None
         # Stage 2 of the sandbox, before any of the job's code exists in the process (isolation.py).
         self.sandbox = confine(job.get("confine") or {}, self.sandbox)
+        if self.refused is not list:  # a candidate's job: the audit hook is in place before its import
+            self.sandbox = {**self.sandbox, "audit_hook": True}
         if job.get("probe"):  # the evaluator asking which layers hold here (Evaluator.isolation)
             return {"ok": True, "sandbox": self.sandbox}
         log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -46,6 +46,7 @@ def test_as_root_every_required_layer_holds_and_eval_json_says_so(tmp_path):
     assert out["correct"], out["feedback"]
     assert out["isolation"]["missing"] == [], out["isolation"]
     assert set(isolation.REQUIRED) <= set(out["isolation"]["held"])
+    assert "audit_hook" in out["isolation"]["held"], out["isolation"]  # the in-process layer (pyaudit.py) too
 
 
 @pytest.mark.skipif(not PRIVILEGED, reason="needs root to drop to an unprivileged process")
@@ -55,7 +56,7 @@ def test_without_privileges_the_cpu_evaluator_runs_and_names_the_missing_layers(
     missing = out["isolation"]["missing"]
     assert "user" in missing and missing, out["isolation"]  # ... and says what it could not apply
     assert out["isolation"]["errors"], out["isolation"]
-    assert {"no_caps", "no_new_privs", "seccomp"} <= set(out["isolation"]["held"])
+    assert {"no_caps", "no_new_privs", "seccomp", "audit_hook"} <= set(out["isolation"]["held"])
 
 
 @pytest.mark.skipif(not PRIVILEGED, reason="needs root to drop to an unprivileged process")
