@@ -8,7 +8,8 @@ record among its caller frames and vouched for a NumPy-made buffer). Every one o
 CPython audit event before it happens, whatever name the code reached it by (`getattr` on built strings,
 `inspect`, `traceback`, `logging.currentframe`), and an audit hook, once added, cannot be removed from Python.
 
-`install` adds one hook before the candidate's module is imported. While code of the candidate is on the
+`install` adds one hook before the candidate's module is imported, and routes the C functions that hand frames to a
+callback with no audit event of their own (PEP 523 frame evaluation, signal handlers: FRAME_HANDING) through it. While code of the candidate is on the
 calling thread's stack (its module's file, a file under the folders it can write, code it compiled itself),
 the hook refuses (raises `RuntimeError` before the operation runs) and records:
 - a frame handed out (`sys._getframe`, `sys._current_frames`, `tb_frame`, `gi_frame`, `cr_frame`, `ag_frame`),
@@ -21,7 +22,8 @@ the hook refuses (raises `RuntimeError` before the operation runs) and records:
   `walk_tb`, `logging.currentframe`) are looked through to the code that asked them. Both are known by
   their code objects, taken at install time, never by file name: code the candidate compiles under a
   library's file name is another object;
-- a garbage-collector scan, `sys._current_frames`, `sys.settrace`, `sys.setprofile`;
+- a garbage-collector scan, `sys._current_frames`, `sys.settrace`, `sys.setprofile`, and a FRAME_HANDING function
+  called with a callable (a frame-evaluation callback, a signal handler);
 - ctypes reading or writing memory at an address or calling a foreign function.
 
 The refusals are the evidence (`refused()`, reported with the integrity request; the runtime check
@@ -50,6 +52,15 @@ FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 ALWAYS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
                     "sys.settrace", "sys.setprofile", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at",
                     "ctypes.wstring_at", "ctypes.call_function", "ctypes.addressof"})
+# C functions that hand frames to a Python callback and raise no audit event of their own, routed through FRAME_HOOK
+# (guard_frame_hooks): (module, function names, or None for every function of the module)
+# - PEP 523 frame evaluation (torch.compile's extension): the callback is handed every frame about to run in the
+#   thread, with its locals (cheats_v2/c2_hp_rt11_eval_frame_vouch_relu);
+# - a signal handler is called with the frame the signal interrupted: the candidate's own when it raises the
+#   signal itself, whose `f_back` leads to the harness's frames (cheats_v2/c2_hp_rt11_signal_frame_vouch_relu).
+FRAME_HANDING = (("torch._C._dynamo.eval_frame", None), ("_signal", ("signal",)))
+FRAME_HOOK = "kernelgym.frame_hook"
+ALWAYS = ALWAYS | {FRAME_HOOK}
 # events whose target becomes the candidate's code when the candidate's code asked for it
 COMPILING = frozenset({"compile", "exec", "code.__new__"})
 WATCHED = FRAME_EVENTS | ALWAYS | COMPILING
@@ -119,6 +130,50 @@ def trusted_codes() -> tuple[frozenset, frozenset, frozenset]:
     return frozenset(consumers), frozenset(passers), frozenset(loading)
 
 
+def guard_frame_hooks() -> tuple[dict[str, Any], types.CodeType | None]:
+    """Route the loaded FRAME_HANDING functions through the audit hook: every reference to one that the garbage
+    collector knows (a module's or a function's namespace, a closure cell, a list) is replaced with a wrapper that
+    holds only the function's name and raises FRAME_HOOK, whose handler (in `install`) calls the function. The
+    references are found by identity, not by name. Returns (originals by name, the wrappers' code object): the
+    originals stay only in the hook's closure, which Python cannot reach, so no wrapper attribute leads back to
+    them. Honest uses pass no callable (`torch._disable_dynamo`'s wrappers set None; a handler of SIG_DFL or
+    SIG_IGN is a number). Costs one scan of the heap per candidate process (~35 ms on a 2-core box)."""
+    import gc
+
+    originals: dict[str, Any] = {}
+    for module_name, names in FRAME_HANDING:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            originals.update({f"{module_name}.{k}": v for k, v in vars(module).items()
+                              if isinstance(v, types.BuiltinFunctionType) and (names is None or k in names)})
+    audit = sys.audit
+
+    def wrapper_for(name: str) -> Callable[..., Any]:
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            box: list[Any] = []
+            audit(FRAME_HOOK, name, args, kwargs, box)
+            if not box:
+                raise RuntimeError(f"kernelgym: {name} did not run (its audit hook is missing)")
+            return box[0]
+        guarded.__name__ = guarded.__qualname__ = name.rsplit(".", 1)[1]
+        return guarded
+
+    by_id = {id(fn): wrapper_for(name) for name, fn in originals.items()}  # the originals are alive: ids are theirs
+    for holder in gc.get_referrers(*originals.values()) if originals else ():
+        if holder is originals or isinstance(holder, types.FrameType):
+            continue
+        if isinstance(holder, dict):
+            for key, value in list(holder.items()):
+                if id(value) in by_id:
+                    holder[key] = by_id[id(value)]
+        elif isinstance(holder, types.CellType) and id(holder.cell_contents) in by_id:
+            holder.cell_contents = by_id[id(holder.cell_contents)]
+        elif isinstance(holder, list):
+            holder[:] = [by_id.get(id(v), v) for v in holder]
+    code = next(iter(by_id.values())).__code__ if by_id else None
+    return originals, code
+
+
 def library_roots() -> tuple[str, ...]:
     """The sys.path folders that the modules loaded so far came from, and the interpreter's own: code from a
     file under none of them is the candidate's (a module it wrote to /tmp or to its job folder and imported)."""
@@ -143,6 +198,7 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
     verdicts: dict[str, bool] = {f: True for f in candidate_files}
     verdicts.update({os.path.realpath(f): True for f in candidate_files})
     consumers, passers, loading = trusted_codes()
+    originals, wrapper_code = guard_frame_hooks()
     refused: list[str] = []
     state = {"busy": False}
     getframe, realpath = sys._getframe, os.path.realpath
@@ -180,7 +236,34 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
             return None  # a library reading a module name, or a library module's own import
         return where
 
+    def refuse(reason: str) -> None:
+        if len(refused) < LIMIT:
+            refused.append(reason)
+        raise RuntimeError(f"kernelgym refuses {reason}: the candidate's code may not reach the interpreter's "
+                           "frames, objects or memory (the harness's records live in this process)")
+
+    def frame_hook_call(args: tuple) -> None:
+        """A frame-evaluation function, called through its wrapper (or by FRAME_HOOK raised directly): with a
+        callable among its arguments (a callback that would be handed frames) it is refused while the
+        candidate's code is on the stack; otherwise it runs and its result goes back in the wrapper's box."""
+        name, call_args, call_kwargs, box = args
+        fn = originals.get(name)
+        if fn is None or not isinstance(box, list):
+            refuse(f"{FRAME_HOOK} with an unknown function {name!r}")
+        if any(callable(a) for a in (*call_args, *dict(call_kwargs).values())):
+            state["busy"] = True
+            try:  # from the code that called the wrapper (the wrapper is the harness's own code)
+                codes = [f.f_code for f in _stack(getframe(2)) if f.f_code is not wrapper_code]
+                reason = verdict(FRAME_HOOK, (name,), codes)
+            finally:
+                state["busy"] = False
+            if reason:
+                refuse(f"{name} with a callback{reason[len(FRAME_HOOK):]}")
+        box.append(fn(*call_args, **call_kwargs))
+
     def hook(event: str, args: tuple) -> None:
+        if event == FRAME_HOOK:
+            return frame_hook_call(args)
         if not (event in WATCHED or event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRS):
             return
         if state["busy"]:  # our own getframe below
@@ -191,10 +274,7 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
         finally:
             state["busy"] = False
         if reason:
-            if len(refused) < LIMIT:
-                refused.append(reason)
-            raise RuntimeError(f"kernelgym refuses {reason}: the candidate's code may not reach the interpreter's "
-                               "frames, objects or memory (the harness's records live in this process)")
+            refuse(reason)
 
     sys.addaudithook(hook)
     return lambda: list(refused)

@@ -4,7 +4,7 @@ code, what it lets honest code and libraries do.
 An audit hook cannot be removed once added, so every case runs in one fresh interpreter (`_run`): a "candidate"
 module written to a temporary folder and imported after `pyaudit.install`, a "library" folder on sys.path that
 provided a module before the hook was added, and one line of JSON per case: what the call returned or the error
-it raised. The evaluator-level attacks are cheats_v2/c2_hp_rt10_* (test_cheats_v2)."""
+it raised. The evaluator-level attacks are cheats_v2/c2_hp_rt10_* and c2_hp_rt11_* (test_cheats_v2)."""
 
 from __future__ import annotations
 
@@ -78,12 +78,61 @@ def caught():
         return direct()
     except RuntimeError:
         return "carried on"
+
+def _frame_module():
+    return getattr(getattr(getattr(sys.modules["tor" + "ch"], "_C"), "_dy" + "namo"), "eval_" + "frame")
+
+def eval_frame_callback():
+    """PEP 523 through torch's C extension: the callback would be handed every frame about to run."""
+    ef = _frame_module()
+    prior = getattr(ef, "set_eval_" + "frame")(lambda frame, *rest: None)
+    getattr(ef, "set_eval_" + "frame")(prior)
+    return "installed"
+
+def eval_frame_from_dynamo_module():
+    import torch._dynamo.eval_frame as python_side  # the name torch._dynamo imported, the same function
+    prior = python_side.set_eval_frame(lambda frame, *rest: None)
+    python_side.set_eval_frame(prior)
+    return "installed"
+
+def frame_hook_event_raised_directly():
+    box = []
+    sys.audit("kernelgym.frame_hook", "torch._C._dynamo.eval_frame.set_eval_frame", (lambda f, *r: None,), {}, box)
+    return "installed"
+
+def signal_handler_frame():
+    """A handler is called with the frame the signal interrupted: raised by the candidate, its own."""
+    import signal
+    got = []
+    prior = signal.signal(signal.SIGUSR2, lambda signum, frame: got.append(type(frame).__name__))
+    signal.raise_signal(signal.SIGUSR2)
+    signal.signal(signal.SIGUSR2, prior)
+    return got
+
+def honest_signal_ignore():
+    import signal
+    prior = signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # a number, not a callback
+    signal.signal(signal.SIGUSR2, prior)
+    return "ignored"
+
+def wrapper_cells():
+    """What the routed function's own attributes hold: nothing that leads back to the C function."""
+    fn = getattr(_frame_module(), "set_eval_" + "frame")
+    cells = getattr(fn, "__clo" + "sure__") or ()
+    return sorted(type(getattr(c, "cell_" + "contents")).__name__ for c in cells)
+
+def honest_dynamo_disable():
+    """torch._disable_dynamo's wrappers (torch.manual_seed among them) set no callback: None."""
+    import torch
+    torch.manual_seed(1)
+    return torch._dynamo.disable(lambda: 3)()
 '''
 
 DRIVER = '''
 import importlib.util, json, sys
 sys.path.insert(0, {lib!r})
 import libmod_a  # the library folder provided a module before the hook: a library root
+import torch, torch._dynamo  # as the harness: torch's frame-evaluation extension is loaded before the hook
 sys.path.insert(0, {root!r})
 from davinci.kernelgym import pyaudit
 refused = pyaudit.install([{cand!r}], writable=[])
@@ -98,6 +147,11 @@ for name, args in {cases!r}:
         out = {{"error": type(exc).__name__ + ": " + str(exc)}}
     out["refused"] = refused()[before:]
     print(json.dumps({{"case": name, **out}}))
+from torch._dynamo.types import ConvertFrameReturn
+prior = torch._C._dynamo.eval_frame.set_eval_frame(lambda frame, *rest: ConvertFrameReturn())  # the harness itself
+torch._C._dynamo.eval_frame.set_eval_frame(prior)
+import signal
+signal.signal(signal.SIGUSR2, signal.signal(signal.SIGUSR2, lambda signum, frame: None))  # the harness's handler
 print(json.dumps({{"case": "harness", "value": [type(sys._getframe(0)).__name__, len(__import__("gc").get_objects()) > 0],
                   "refused": refused()}}))
 '''
@@ -106,7 +160,10 @@ print(json.dumps({{"case": "harness", "value": [type(sys._getframe(0)).__name__,
 # real typing._caller is refused to it too (a candidate that compiles under a library's name loses the library)
 CASES = [("direct", ()), ("through_inspect", ()), ("through_traceback", ()), ("through_exception", ()),
          ("through_generator", ()), ("gc_scan", ()), ("honest", ()), ("imports_library", ()),
-         ("imports_own_module", ()), ("caught", ()), ("as_typing", ())]
+         ("imports_own_module", ()), ("caught", ()), ("eval_frame_callback", ()), ("eval_frame_from_dynamo_module", ()),
+         ("frame_hook_event_raised_directly", ()), ("wrapper_cells", ()), ("honest_dynamo_disable", ()),
+         ("signal_handler_frame", ()), ("honest_signal_ignore", ()),
+         ("as_typing", ())]
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +185,9 @@ def results(tmp_path_factory) -> dict[str, dict]:
 
 
 @pytest.mark.parametrize("case", ["direct", "through_inspect", "through_traceback", "through_exception",
-                                  "through_generator", "gc_scan", "as_typing", "imports_own_module"])
+                                  "through_generator", "gc_scan", "as_typing", "imports_own_module",
+                                  "eval_frame_callback", "eval_frame_from_dynamo_module",
+                                  "frame_hook_event_raised_directly", "signal_handler_frame"])
 def test_the_candidates_code_is_refused_a_frame_or_a_scan(results, case):
     r = results[case]
     assert "kernelgym refuses" in r.get("error", ""), r
@@ -161,7 +220,32 @@ def test_a_refusal_the_candidate_catches_is_still_reported(results):
 def test_the_harness_outside_the_candidates_calls_is_not_refused(results):
     r = results["harness"]
     assert r["value"] == ["frame", True]
-    assert len(r["refused"]) == 9  # the eight refused cases and the caught one, nothing from the harness
+    assert len(r["refused"]) == 13  # the twelve refused cases and the caught one, nothing from the harness
+
+
+def test_a_frame_evaluation_callback_is_refused_whichever_way_it_is_installed(results):
+    """torch's PEP 523 extension would hand the callback every frame about to run (the harness's with their
+    locals): refused through the C module, through torch._dynamo's imported name, and as the event itself."""
+    for case in ("eval_frame_callback", "eval_frame_from_dynamo_module", "frame_hook_event_raised_directly"):
+        assert results[case]["refused"][0].startswith("torch._C._dynamo.eval_frame.set_eval_frame with a callback"), \
+            results[case]
+
+
+def test_a_signal_handler_is_refused_and_a_disposition_is_not(results):
+    """A handler would be called with the interrupted frame (the candidate's own, then `f_back`); SIG_IGN is a
+    number and passes."""
+    assert results["signal_handler_frame"]["refused"][0].startswith("_signal.signal with a callback from signal.py")
+    assert results["honest_signal_ignore"] == {"case": "honest_signal_ignore", "value": "ignored", "refused": []}
+
+
+def test_the_routed_function_holds_nothing_that_leads_back_to_it(results):
+    """The wrapper's closure holds its name and sys.audit; the C function lives only in the hook's closure."""
+    assert results["wrapper_cells"] == {"case": "wrapper_cells", "value": ["builtin_function_or_method", "str"],
+                                        "refused": []}
+
+
+def test_dynamo_disable_and_manual_seed_still_run(results):
+    assert results["honest_dynamo_disable"] == {"case": "honest_dynamo_disable", "value": 3, "refused": []}
 
 
 def test_compiling_under_a_librarys_name_makes_that_name_the_candidates(results):
