@@ -8,10 +8,11 @@ record among its caller frames and vouched for a NumPy-made buffer). Every one o
 CPython audit event before it happens, whatever name the code reached it by (`getattr` on built strings,
 `inspect`, `traceback`, `logging.currentframe`), and an audit hook, once added, cannot be removed from Python.
 
-`install` adds one hook before the candidate's module is imported, and routes the C functions that hand frames to a
-callback with no audit event of their own (PEP 523 frame evaluation, signal handlers: FRAME_HANDING) through it. While code of the candidate is on the
-calling thread's stack (its module's file, a file under the folders it can write, code it compiled itself),
-the hook refuses (raises `RuntimeError` before the operation runs) and records:
+`install` adds one hook before the candidate's module is imported, and routes through it the C functions that
+hand frames to a callback with no audit event of their own (PEP 523 frame evaluation, signal handlers:
+FRAME_HANDING). While code of the candidate is on the calling thread's stack (its module's file, a file under the
+folders it can write, code it compiled itself), the hook refuses (raises `RuntimeError` before the operation runs)
+and records:
 - a frame handed out (`sys._getframe`, `sys._current_frames`, `tb_frame`, `gi_frame`, `cr_frame`, `ag_frame`),
   unless the code that asked is a library function that only reads a module name or a file and line from it
   (`CONSUMERS`: `collections.namedtuple`, `enum`, `typing._caller`, `torch.library`, `logging`'s
@@ -48,8 +49,10 @@ from typing import Any, Callable, Iterable
 # events that hand out a frame: refused unless a CONSUMER (or a library module's import) asked
 FRAME_EVENTS = frozenset({"sys._getframe"})
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+# the event a FRAME_HANDING function's wrapper raises (guard_frame_hooks)
+FRAME_HOOK = "kernelgym.frame_hook"
 # events refused whenever the candidate's code is on the stack, whoever asked
-ALWAYS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+ALWAYS = frozenset({FRAME_HOOK, "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
                     "sys.settrace", "sys.setprofile", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at",
                     "ctypes.wstring_at", "ctypes.call_function", "ctypes.addressof"})
 # C functions that hand frames to a Python callback and raise no audit event of their own, routed through FRAME_HOOK
@@ -59,8 +62,6 @@ ALWAYS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents", "s
 # - a signal handler is called with the frame the signal interrupted: the candidate's own when it raises the
 #   signal itself, whose `f_back` leads to the harness's frames (cheats_v2/c2_hp_rt11_signal_frame_vouch_relu).
 FRAME_HANDING = (("torch._C._dynamo.eval_frame", None), ("_signal", ("signal",)))
-FRAME_HOOK = "kernelgym.frame_hook"
-ALWAYS = ALWAYS | {FRAME_HOOK}
 # events whose target becomes the candidate's code when the candidate's code asked for it
 COMPILING = frozenset({"compile", "exec", "code.__new__"})
 WATCHED = FRAME_EVENTS | ALWAYS | COMPILING
