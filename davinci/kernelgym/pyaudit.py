@@ -40,8 +40,11 @@ process. Measured on the honest corpus (tests/kernelgym/test_pyaudit.py): no ref
 
 from __future__ import annotations
 
+import _thread
+import builtins
 import importlib
 import os
+import stat
 import sys
 import types
 from typing import Any, Callable, Iterable
@@ -61,7 +64,11 @@ ALWAYS = frozenset({FRAME_HOOK, "gc.get_objects", "gc.get_referrers", "gc.get_re
 #   thread, with its locals (cheats_v2/c2_hp_rt11_eval_frame_vouch_relu);
 # - a signal handler is called with the frame the signal interrupted: the candidate's own when it raises the
 #   signal itself, whose `f_back` leads to the harness's frames (cheats_v2/c2_hp_rt11_signal_frame_vouch_relu).
-FRAME_HANDING = (("torch._C._dynamo.eval_frame", None), ("_signal", ("signal",)))
+# - a new instance of such a module (`importlib.util.module_from_spec` on `_signal`'s spec) has functions of its own,
+#   which no reference scan at install time saw: `_imp.create_builtin` making one is refused to the candidate
+#   (cheats_v2/c2_hp_rt12_fresh_signal_module_vouch_relu).
+FRAME_HANDING = (("torch._C._dynamo.eval_frame", None), ("_signal", ("signal",)), ("_imp", ("create_builtin",)))
+CREATE_BUILTIN = "_imp.create_builtin"
 # events whose target becomes the candidate's code when the candidate's code asked for it
 COMPILING = frozenset({"compile", "exec", "code.__new__"})
 WATCHED = FRAME_EVENTS | ALWAYS | COMPILING
@@ -188,102 +195,193 @@ def library_roots() -> tuple[str, ...]:
     return tuple(sorted(p.rstrip("/") + "/" for p in used))
 
 
+def _folders(paths: Iterable[str]) -> tuple[str, ...]:
+    return tuple(os.path.realpath(r).rstrip("/") + "/" for r in paths)
+
+
+def _named(files: Iterable[str]) -> dict[str, bool]:
+    """The verdict table's first entries: the candidate's files, as given and resolved."""
+    files = list(files)
+    return {**{f: True for f in files}, **{os.path.realpath(f): True for f in files}}
+
+
+def resolver() -> Callable[[str], str]:
+    """`os.path.realpath` for an absolute path, made only of C functions taken now (`os.lstat`, `os.readlink`,
+    `stat.S_ISLNK`): posixpath's own version looks up its helpers in module namespaces that the candidate can
+    rebind, and a resolver that lies makes the candidate's files look like a library's."""
+    lstat, readlink, is_link = os.lstat, os.readlink, stat.S_ISLNK
+    error = OSError
+
+    def resolve(path: str) -> str:
+        parts, done, hops = path.split("/")[::-1], "", 0  # components still to walk, last first
+        while parts:
+            part = parts.pop()
+            if part == "" or part == ".":
+                continue
+            if part == "..":
+                done = done[:done.rfind("/")]
+                continue
+            step = done + "/" + part
+            try:
+                link = is_link(lstat(step).st_mode)
+            except error:  # not there (yet): the rest of the path as written, as realpath does
+                link = False
+            if link and hops < 40:
+                hops += 1
+                target = readlink(step)
+                parts.extend(target.split("/")[::-1])
+                if target.startswith("/"):
+                    done = ""
+                continue
+            done = step
+        return done or "/"
+    return resolve
+
+
 def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Callable[[], list[str]]:
     """Add the audit hook (for the life of the process) and return the reader of its refusals.
 
     candidate_files: the candidate's module file(s); writable: folders it can write inside the library roots
-    (its job and build folders), whose files are its code too."""
+    (its job and build folders), whose files are its code too.
+
+    The hook runs inside the candidate's process, so everything it calls is bound now, in its closure: this
+    module's constants and helpers, the builtins, a resolver of C functions. Rebinding a name in a module's
+    namespace (`pyaudit.WATCHED`, `builtins.next`, `posixpath._joinrealpath`) changes nothing it does
+    (cheats_v2/c2_hp_rt12_module_globals_vouch_relu). It reads the event's arguments by exact type, so no
+    method of a candidate's object (a `str` subclass's `__hash__`) runs inside it, and it lets an event through
+    unjudged only on the thread that is inside its own `sys._getframe` call (c2_hp_rt12_busy_hash_frame_vouch_relu).
+    """
+    # the builtins the hook calls, as locals of this call: the closures below look up no global name
+    any, callable, dict, enumerate, getattr, len, list, tuple, type = (
+        builtins.any, builtins.callable, builtins.dict, builtins.enumerate, builtins.getattr, builtins.len,
+        builtins.list, builtins.tuple, builtins.type)
     library = library_roots()
     harness = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + "/"  # davinci/
-    mine = tuple(os.path.realpath(r).rstrip("/") + "/" for r in writable)
-    verdicts: dict[str, bool] = {f: True for f in candidate_files}
-    verdicts.update({os.path.realpath(f): True for f in candidate_files})
+    mine = _folders(writable)
+    verdicts = _named(candidate_files)
     consumers, passers, loading = trusted_codes()
     originals, wrapper_code = guard_frame_hooks()
     refused: list[str] = []
-    state = {"busy": False}
-    getframe, realpath = sys._getframe, os.path.realpath
+    inside: set[int] = set()  # threads running the hook's own sys._getframe (its one audited step)
+    getframe, resolve, thread_id, exact = sys._getframe, resolver(), _thread.get_ident, str.__str__
+    code_type, type_error, runtime_error, namespace = types.CodeType, TypeError, RuntimeError, types.SimpleNamespace
+    watched, frame_attrs, always, compiling = WATCHED, FRAME_ATTRS, ALWAYS, COMPILING
+    frame_hook, create_builtin, limit = FRAME_HOOK, CREATE_BUILTIN, LIMIT
+    handing_modules = frozenset(m for m, _ in FRAME_HANDING)
+    harness_files: dict[str, bool] = {}
+
+    def text(value: Any) -> str | None:
+        """An exact `str` copy of a `str` (of a subclass too: its methods never run), else None."""
+        try:
+            return exact(value)
+        except type_error:
+            return None
+
+    def stack(frame: Any) -> list[types.CodeType]:
+        codes = []
+        while frame is not None:
+            codes.append(frame.f_code)
+            frame = frame.f_back
+        return codes
+
+    def caller_codes(depth: int) -> list[types.CodeType]:
+        me = thread_id()
+        inside.add(me)
+        try:
+            frame = getframe(depth + 1)
+        finally:
+            inside.discard(me)
+        return stack(frame)
 
     def candidate(code: types.CodeType) -> bool:
-        name = code.co_filename
+        name = text(code.co_filename) or ""
         found = verdicts.get(name)
         if found is None:  # "<frozen ...>", "<string>": a library's, unless the candidate compiled it (below)
-            real = realpath(name) if name.startswith("/") else ""
-            found = bool(real) and (real.startswith(mine) or not real.startswith(library))
+            real = resolve(name) if name.startswith("/") else ""
+            found = real != "" and (real.startswith(mine) or not real.startswith(library))
             verdicts[name] = found
         return found
 
+    def in_harness(code: types.CodeType) -> bool:
+        name = text(code.co_filename) or ""
+        found = harness_files.get(name)
+        if found is None:
+            found = harness_files[name] = name.startswith("/") and resolve(name).startswith(harness)
+        return found
+
     def verdict(event: str, args: tuple, codes: list[types.CodeType]) -> str | None:
-        at = next((i for i, c in enumerate(codes) if candidate(c)), None)
+        at = None
+        for i, c in enumerate(codes):
+            if candidate(c):
+                at = i
+                break
         if at is None:
             return None
-        if event in COMPILING:
+        if event in compiling:
             if at == 0:  # the candidate's own compile: what it made is the candidate's code too
-                target = args[0] if event == "exec" else None
-                name = target.co_filename if isinstance(target, types.CodeType) else (
-                    args[1] if len(args) > 1 and isinstance(args[1], str) else None)
+                target = args[0] if event == "exec" and len(args) > 0 else None
+                name = text(target.co_filename) if type(target) is code_type else (
+                    text(args[1]) if len(args) > 1 else None)
                 if name:
                     verdicts[name] = True
             return None
-        asker = next((i for i, c in enumerate(codes) if c not in passers), 0)
+        asker = 0
+        for i, c in enumerate(codes):
+            if c not in passers:
+                asker = i
+                break
         code = codes[asker]
-        if asker < at and code.co_filename.startswith("/") and realpath(code.co_filename).startswith(harness):
+        if asker < at and in_harness(code):
             return None  # the harness's own records (provenance digests, guards) at work inside a candidate call
-        label = event if event != "object.__getattr__" else f".{args[1]}"
-        where = f"{label} from {os.path.basename(code.co_filename)}:{code.co_firstlineno} ({code.co_name})"
-        if event in ALWAYS:
+        label = event if event != "object.__getattr__" else "." + (text(args[1]) or "?")
+        where = f"{label} from {(text(code.co_filename) or '?').rsplit('/', 1)[-1]}:{code.co_firstlineno} ({code.co_name})"
+        if event in always:
             return where
         if asker < at and (code in consumers or any(c in loading for c in codes[asker:at])):
             return None  # a library reading a module name, or a library module's own import
         return where
 
     def refuse(reason: str) -> None:
-        if len(refused) < LIMIT:
+        if len(refused) < limit:
             refused.append(reason)
-        raise RuntimeError(f"kernelgym refuses {reason}: the candidate's code may not reach the interpreter's "
-                           "frames, objects or memory (the harness's records live in this process)")
+        raise runtime_error(f"kernelgym refuses {reason}: the candidate's code may not reach the interpreter's "
+                            "frames, objects or memory (the harness's records live in this process)")
 
     def frame_hook_call(args: tuple) -> None:
-        """A frame-evaluation function, called through its wrapper (or by FRAME_HOOK raised directly): with a
-        callable among its arguments (a callback that would be handed frames) it is refused while the
-        candidate's code is on the stack; otherwise it runs and its result goes back in the wrapper's box."""
-        name, call_args, call_kwargs, box = args
-        fn = originals.get(name)
-        if fn is None or not isinstance(box, list):
-            refuse(f"{FRAME_HOOK} with an unknown function {name!r}")
-        if any(callable(a) for a in (*call_args, *dict(call_kwargs).values())):
-            state["busy"] = True
-            try:  # from the code that called the wrapper (the wrapper is the harness's own code)
-                codes = [f.f_code for f in _stack(getframe(2)) if f.f_code is not wrapper_code]
-                reason = verdict(FRAME_HOOK, (name,), codes)
-            finally:
-                state["busy"] = False
+        """A FRAME_HANDING function, called through its wrapper (or by FRAME_HOOK raised directly): with a
+        callable among its arguments (a callback that would be handed frames), or asked to make a new instance of
+        a module whose functions hand frames (`_imp.create_builtin`), it is refused while the candidate's code is
+        on the stack; otherwise it runs and its result goes back in the wrapper's box."""
+        if len(args) != 4 or type(args[1]) is not tuple or type(args[2]) is not dict or type(args[3]) is not list:
+            refuse(f"{frame_hook} with arguments its wrapper does not pass")
+        name, call_args, call_kwargs, box = text(args[0]), args[1], args[2], args[3]
+        fn = originals.get(name) if name else None
+        if fn is None:
+            refuse(f"{frame_hook} with an unknown function {name!r}")
+        risky = any(callable(a) for a in (*call_args, *call_kwargs.values()))
+        if name == create_builtin:  # a module spec: its name read once, the function handed a spec of that name
+            spec = text(getattr(call_args[0], "name", None)) if len(call_args) == 1 and not call_kwargs else None
+            if spec is None:
+                refuse(f"{name} with an argument that is not a module spec")
+            call_args, risky = (namespace(name=spec),), spec in handing_modules
+        if risky:
+            reason = verdict(frame_hook, (name,), [c for c in caller_codes(2) if c is not wrapper_code])
             if reason:
-                refuse(f"{name} with a callback{reason[len(FRAME_HOOK):]}")
+                what = f"making a new {call_args[0].name}" if name == create_builtin else "with a callback"
+                refuse(f"{name} {what}{reason[len(frame_hook):]}")
         box.append(fn(*call_args, **call_kwargs))
 
     def hook(event: str, args: tuple) -> None:
-        if event == FRAME_HOOK:
+        event = text(event) or ""
+        if event == frame_hook:
             return frame_hook_call(args)
-        if not (event in WATCHED or event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRS):
+        if not (event in watched or event == "object.__getattr__" and len(args) > 1 and text(args[1]) in frame_attrs):
             return
-        if state["busy"]:  # our own getframe below
+        if event == "sys._getframe" and thread_id() in inside:  # the hook's own getframe (caller_codes)
             return
-        state["busy"] = True
-        try:
-            reason = verdict(event, args, [f.f_code for f in _stack(getframe(1))])
-        finally:
-            state["busy"] = False
+        reason = verdict(event, args, caller_codes(1))
         if reason:
             refuse(reason)
 
     sys.addaudithook(hook)
     return lambda: list(refused)
-
-
-def _stack(frame: Any) -> list[Any]:
-    frames = []
-    while frame is not None:
-        frames.append(frame)
-        frame = frame.f_back
-    return frames

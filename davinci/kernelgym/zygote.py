@@ -54,6 +54,8 @@ def _preload(opts: dict) -> dict[str, str]:
         versions["triton"] = triton.__version__
     except Exception as exc:  # a CPU box without triton still evaluates torch-only candidates
         versions["triton"] = f"unavailable ({type(exc).__name__})"
+    if not opts.get("interpret") and not versions["triton"].startswith("unavailable"):
+        _warm_triton()
     if opts.get("interpret") and not versions["triton"].startswith("unavailable"):
         from davinci.kernelgym.interpcheck import check_interpreter
 
@@ -70,6 +72,18 @@ def _preload(opts: dict) -> dict[str, str]:
         raise RuntimeError("an import in the zygote touched the CUDA driver (torch marks forked children as "
                            "unable to use CUDA); set PYTORCH_NVML_BASED_CUDA_CHECK=1 and check the preloaded imports")
     return versions
+
+
+def _warm_triton() -> None:
+    """Work that every candidate's first compiled Triton launch would repeat, done once here and inherited by each
+    fork: the hash of Triton's own files and libtriton that keys its cache (`triton_key`, cached per process; 392 ms
+    of a 567 ms warm-cache first launch on an H200, benchmarks/results/h200/session_2026-11-29). It reads files only
+    and never touches the CUDA driver (`_fork_poisoned` below checks). Interpreted launches compile nothing."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:  # a Triton that keys its cache elsewhere: each candidate computes the key itself
+        return
+    triton_key()
 
 
 def _fork_poisoned() -> bool:

@@ -8,6 +8,7 @@ and the warning is made an error here). Each check runs in a subprocess (TRITON_
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -86,3 +87,20 @@ print("READY", json.dumps(ready), os.waitstatus_to_exitcode(status))
     ready = json.loads(line.split(" ", 1)[1].rsplit(" ", 1)[0])
     assert ready["environment"] is True and line.endswith(" 1"), line
     assert "cannot run a known-good kernel" in ready["error"] and "numpy<2.4" in ready["hint"]
+
+
+def test_the_zygote_computes_tritons_cache_key_once_for_every_fork():
+    """Compiled (non-interpreted) lanes: the key every first launch needs is computed before the fork (its forks
+    inherit the cached value) and the zygote stays fit to fork CUDA children."""
+    script = """
+import json
+from davinci.kernelgym import zygote
+zygote._preload({"interpret": False})
+from triton.runtime.cache import triton_key
+import torch
+print(json.dumps([triton_key.cache_info().currsize, torch.cuda.is_initialized()]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [1, False]

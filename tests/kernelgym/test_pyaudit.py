@@ -4,7 +4,7 @@ code, what it lets honest code and libraries do.
 An audit hook cannot be removed once added, so every case runs in one fresh interpreter (`_run`): a "candidate"
 module written to a temporary folder and imported after `pyaudit.install`, a "library" folder on sys.path that
 provided a module before the hook was added, and one line of JSON per case: what the call returned or the error
-it raised. The evaluator-level attacks are cheats_v2/c2_hp_rt10_* and c2_hp_rt11_* (test_cheats_v2)."""
+it raised. The evaluator-level attacks are cheats_v2/c2_hp_rt10_*, c2_hp_rt11_* and c2_hp_rt12_* (test_cheats_v2)."""
 
 from __future__ import annotations
 
@@ -121,6 +121,50 @@ def wrapper_cells():
     cells = getattr(fn, "__clo" + "sure__") or ()
     return sorted(type(getattr(c, "cell_" + "contents")).__name__ for c in cells)
 
+def rebound_module_globals():
+    """The hook's module constants and helpers rebound to nothing (a module attribute write raises no event)."""
+    mod = sys.modules["davinci.kernelgym.py" + "audit"]
+    names = ["WATCHED", "ALWAYS", "FRAME_ATTRS", "COMPILING", "FRAME_HOOK", "LIMIT"]
+    saved = {n: getattr(mod, n) for n in names}
+    try:
+        for n in names:
+            setattr(mod, n, frozenset() if n != "LIMIT" else 0)
+        return direct()
+    finally:
+        for n, v in saved.items():
+            setattr(mod, n, v)
+
+def str_subclass_file_name():
+    """A compile under a file name whose __hash__ asks for a frame: the hook never runs it, and the code
+    compiled under that name is the candidate's."""
+    seen = []
+    class Name(str):
+        def __hash__(self):
+            try:
+                seen.append(type(sys._getframe(0)).__name__)
+            except RuntimeError:
+                seen.append("refused")
+            return str.__hash__(self)
+    code = compile("__import__('sys')._getframe(0)", Name("<made by the candidate>"), "eval")
+    try:
+        got = type(eval(code)).__name__
+    except RuntimeError:
+        got = "refused"
+    return ["frame" in seen, got]
+
+def fresh_signal_instance():
+    """A second instance of _signal: functions of its own that no scan at install time saw."""
+    import importlib.util
+    spec = importlib.util.find_spec("_sig" + "nal")
+    module = importlib.util.module_from_spec(spec)
+    return type(module).__name__
+
+def honest_builtin_import():
+    """A built-in module not loaded yet, imported by the candidate: made through the routed create_builtin."""
+    import importlib
+    fresh = [m for m in sys.builtin_module_names if m not in sys.modules and not m.startswith("_sig")][:3]
+    return [importlib.import_module(m).__name__ == m for m in fresh] or [True]
+
 def honest_dynamo_disable():
     """torch._disable_dynamo's wrappers (torch.manual_seed among them) set no callback: None."""
     import torch
@@ -162,7 +206,8 @@ CASES = [("direct", ()), ("through_inspect", ()), ("through_traceback", ()), ("t
          ("through_generator", ()), ("gc_scan", ()), ("honest", ()), ("imports_library", ()),
          ("imports_own_module", ()), ("caught", ()), ("eval_frame_callback", ()), ("eval_frame_from_dynamo_module", ()),
          ("frame_hook_event_raised_directly", ()), ("wrapper_cells", ()), ("honest_dynamo_disable", ()),
-         ("signal_handler_frame", ()), ("honest_signal_ignore", ()),
+         ("signal_handler_frame", ()), ("honest_signal_ignore", ()), ("rebound_module_globals", ()),
+         ("str_subclass_file_name", ()), ("fresh_signal_instance", ()), ("honest_builtin_import", ()),
          ("as_typing", ())]
 
 
@@ -187,7 +232,8 @@ def results(tmp_path_factory) -> dict[str, dict]:
 @pytest.mark.parametrize("case", ["direct", "through_inspect", "through_traceback", "through_exception",
                                   "through_generator", "gc_scan", "as_typing", "imports_own_module",
                                   "eval_frame_callback", "eval_frame_from_dynamo_module",
-                                  "frame_hook_event_raised_directly", "signal_handler_frame"])
+                                  "frame_hook_event_raised_directly", "signal_handler_frame",
+                                  "rebound_module_globals", "fresh_signal_instance"])
 def test_the_candidates_code_is_refused_a_frame_or_a_scan(results, case):
     r = results[case]
     assert "kernelgym refuses" in r.get("error", ""), r
@@ -220,7 +266,8 @@ def test_a_refusal_the_candidate_catches_is_still_reported(results):
 def test_the_harness_outside_the_candidates_calls_is_not_refused(results):
     r = results["harness"]
     assert r["value"] == ["frame", True]
-    assert len(r["refused"]) == 13  # the twelve refused cases and the caught one, nothing from the harness
+    # the fourteen refused cases, the caught one and the compiled code's frame, nothing from the harness
+    assert len(r["refused"]) == 16, r["refused"]
 
 
 def test_a_frame_evaluation_callback_is_refused_whichever_way_it_is_installed(results):
@@ -251,3 +298,59 @@ def test_dynamo_disable_and_manual_seed_still_run(results):
 def test_compiling_under_a_librarys_name_makes_that_name_the_candidates(results):
     """Code the candidate compiles under typing.py's name and `_caller` is not typing._caller: it is refused."""
     assert results["as_typing"]["refused"] == ["sys._getframe from typing.py:1 (_caller)"]
+
+
+def test_rebinding_the_hooks_module_names_changes_nothing(results):
+    """Its constants are bound in the hook's closure at install: emptied in the module, the frame is still refused."""
+    assert results["rebound_module_globals"]["refused"][0].startswith("sys._getframe from cand.py:")
+
+
+def test_no_method_of_the_candidates_objects_runs_inside_the_hook(results):
+    """A str subclass as a compiled file name: its __hash__ never got a frame, and the code is the candidate's."""
+    r = results["str_subclass_file_name"]
+    assert r["value"] == [False, "refused"], r
+    assert r["refused"] == ["sys._getframe from <made by the candidate>:1 (<module>)"], r
+
+
+def test_a_new_instance_of_a_frame_handing_module_is_refused_and_other_builtins_import(results):
+    assert results["fresh_signal_instance"]["refused"][0].startswith("_imp.create_builtin making a new _signal "
+                                                                    "from "), results["fresh_signal_instance"]
+    assert results["honest_builtin_import"]["refused"] == [] and all(results["honest_builtin_import"]["value"])
+
+
+def _nested_codes(code):
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            yield const
+            yield from _nested_codes(const)
+
+
+def test_the_hook_looks_up_no_global_name_when_it_runs():
+    """Every function the hook calls after install is a closure over names bound at install: no LOAD_GLOBAL (a
+    module attribute or a builtin the candidate could rebind) in any of them or in the resolver."""
+    import dis
+
+    from davinci.kernelgym import pyaudit
+
+    hook_codes = list(_nested_codes(pyaudit.install.__code__)) + list(_nested_codes(pyaudit.resolver.__code__))
+    assert {c.co_name for c in hook_codes} >= {"hook", "verdict", "candidate", "frame_hook_call", "refuse", "resolve"}
+    found = {c.co_name: [i.argval for i in dis.get_instructions(c) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+             for c in hook_codes}
+    assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_resolver_agrees_with_realpath(tmp_path):
+    """Links (relative, absolute, chained, to a parent), `..`, `.`, doubled slashes, a path that does not exist."""
+    import os
+
+    from davinci.kernelgym import pyaudit
+
+    (tmp_path / "real" / "deep").mkdir(parents=True)
+    (tmp_path / "real" / "deep" / "f.py").write_text("")
+    os.symlink("real/deep", tmp_path / "rel")
+    os.symlink(str(tmp_path / "rel"), tmp_path / "abs")
+    os.symlink("..", tmp_path / "real" / "up")
+    resolve = pyaudit.resolver()
+    for path in [f"{tmp_path}/abs/f.py", f"{tmp_path}/rel/../deep/./f.py", f"{tmp_path}//real/up/abs/f.py",
+                 f"{tmp_path}/missing/../abs/f.py", f"{tmp_path}/abs/missing/x.py", "/", sys.executable]:
+        assert resolve(path) == os.path.realpath(path), path
