@@ -9,10 +9,10 @@ CPython audit event before it happens, whatever name the code reached it by (`ge
 `inspect`, `traceback`, `logging.currentframe`), and an audit hook, once added, cannot be removed from Python.
 
 `install` adds one hook before the candidate's module is imported, and routes through it the C functions that
-hand frames to a callback with no audit event of their own (PEP 523 frame evaluation, signal handlers:
-FRAME_HANDING). While code of the candidate is on the calling thread's stack (its module's file, a file under the
-folders it can write, code it compiled itself), the hook refuses (raises `RuntimeError` before the operation runs)
-and records:
+hand frames to a callback with no audit event of their own (PEP 523 frame evaluation, signal handlers, and
+`_imp.create_builtin`, which would make new instances of their modules: FRAME_HANDING). While code of the
+candidate is on the calling thread's stack (its module's file, a file under the folders it can write, code it
+compiled itself), the hook refuses (raises `RuntimeError` before the operation runs) and records:
 - a frame handed out (`sys._getframe`, `sys._current_frames`, `tb_frame`, `gi_frame`, `cr_frame`, `ag_frame`),
   unless the code that asked is a library function that only reads a module name or a file and line from it
   (`CONSUMERS`: `collections.namedtuple`, `enum`, `typing._caller`, `torch.library`, `logging`'s
