@@ -27,6 +27,12 @@ compiled itself), the hook refuses (raises `RuntimeError` before the operation r
   called with a callable (a frame-evaluation callback, a signal handler);
 - ctypes reading or writing memory at an address or calling a foreign function.
 
+Two things count as the candidate's even with none of its code on the stack: a thread started after the hook
+was added (its target may be a C function, `list.extend` over `iter(sys._current_frames, None)`), and, for the
+SEALED events (frames, heap scans, trace and profile functions, which no code of the harness's asks for), any
+stack at all: a callback of C functions that the candidate leaves behind (a finalizer, a weakref callback) runs
+under the harness's frames, so for those events the harness's own code is not an exception either.
+
 The refusals are the evidence (`refused()`, reported with the integrity request; the runtime check
 `interpreter_access` flags them under every preset). What this cannot see: a reference the candidate follows
 without an audited step (a harness function's `__closure__`, a module's globals); those objects stay guarded
@@ -69,6 +75,12 @@ ALWAYS = frozenset({FRAME_HOOK, "gc.get_objects", "gc.get_referrers", "gc.get_re
 #   (cheats_v2/c2_hp_rt12_fresh_signal_module_vouch_relu).
 FRAME_HANDING = (("torch._C._dynamo.eval_frame", None), ("_signal", ("signal",)), ("_imp", ("create_builtin",)))
 CREATE_BUILTIN = "_imp.create_builtin"
+# events that no code of the harness's asks for once the hook is in place (frames, heap scans, trace and profile
+# functions): judged even with none of the candidate's code on the stack (a callback of C functions the candidate
+# left behind, run by a library or the harness: a finalizer, a weakref callback), and never let through because
+# the harness's code asked; only a CONSUMER or a library module's own import passes, and ALWAYS events never do
+SEALED = FRAME_EVENTS | frozenset({"object.__getattr__", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+                                   "gc.get_referents", "sys.settrace", "sys.setprofile"})
 # events whose target becomes the candidate's code when the candidate's code asked for it
 COMPILING = frozenset({"compile", "exec", "code.__new__"})
 WATCHED = FRAME_EVENTS | ALWAYS | COMPILING
@@ -85,7 +97,7 @@ CONSUMER_MODULES = ("traceback",)
 # functions that hand a frame on to their caller: looked through to the code that called them
 PASSER_MODULES = ("inspect",)
 PASSING = (("traceback", "walk_stack"), ("traceback", "walk_tb"), ("logging", "currentframe"))
-LIMIT = 16  # refusals kept (the first ones say what happened)
+LIMIT = 32  # refusals kept (the first ones say what happened)
 
 
 def _codes(obj: Any) -> set[types.CodeType]:
@@ -264,11 +276,16 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
     refused: list[str] = []
     inside: set[int] = set()  # threads running the hook's own sys._getframe (its one audited step)
     getframe, resolve, thread_id, exact = sys._getframe, resolver(), _thread.get_ident, str.__str__
-    code_type, type_error, runtime_error, namespace = types.CodeType, TypeError, RuntimeError, types.SimpleNamespace
-    watched, frame_attrs, always, compiling = WATCHED, FRAME_ATTRS, ALWAYS, COMPILING
+    code_type, type_error, value_error, runtime_error = types.CodeType, TypeError, ValueError, RuntimeError
+    namespace = types.SimpleNamespace
+    watched, frame_attrs, always, compiling, sealed = WATCHED, FRAME_ATTRS, ALWAYS, COMPILING, SEALED
     frame_hook, create_builtin, limit = FRAME_HOOK, CREATE_BUILTIN, LIMIT
     handing_modules = frozenset(m for m, _ in FRAME_HANDING)
     harness_files: dict[str, bool] = {}
+    # the threads that exist now are the harness's; one started later runs only what the candidate (or a library on
+    # its behalf) gave it, so its whole stack counts as called by the candidate, even with no frame of the
+    # candidate's code on it (a thread whose target is a C function: cheats_v2/c2_hp_rt13_thread_*)
+    harness_threads = frozenset(sys._current_frames())
 
     def text(value: Any) -> str | None:
         """An exact `str` copy of a `str` (of a subclass too: its methods never run), else None."""
@@ -289,6 +306,8 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
         inside.add(me)
         try:
             frame = getframe(depth + 1)
+        except value_error:  # no Python frame below the hook: a thread whose target is a C function
+            frame = None
         finally:
             inside.discard(me)
         return stack(frame)
@@ -315,8 +334,15 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
             if candidate(c):
                 at = i
                 break
+        started, sealed_event = thread_id() not in harness_threads, event in sealed
         if at is None:
-            return None
+            if not (started or sealed_event):
+                return None
+            # a thread started after install: below its stack is the candidate's request (what a library compiles
+            # there stays the library's: run anywhere else, its code is judged where it runs); a SEALED event with
+            # none of the candidate's code on the stack: judged as if the whole stack were called by the candidate
+            # (a callback it left for the harness to run, c3_rt13_finalizer_frame_vouch_relu)
+            at = len(codes)
         if event in compiling:
             if at == 0:  # the candidate's own compile: what it made is the candidate's code too
                 target = args[0] if event == "exec" and len(args) > 0 else None
@@ -330,8 +356,10 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
             if c not in passers:
                 asker = i
                 break
+        if not codes:
+            return f"{event} from a thread with no Python frame"
         code = codes[asker]
-        if asker < at and in_harness(code):
+        if asker < at and in_harness(code) and not sealed_event:
             return None  # the harness's own records (provenance digests, guards) at work inside a candidate call
         label = event if event != "object.__getattr__" else "." + (text(args[1]) or "?")
         where = f"{label} from {(text(code.co_filename) or '?').rsplit('/', 1)[-1]}:{code.co_firstlineno} ({code.co_name})"

@@ -165,6 +165,62 @@ def honest_builtin_import():
     fresh = [m for m in sys.builtin_module_names if m not in sys.modules and not m.startswith("_sig")][:3]
     return [importlib.import_module(m).__name__ == m for m in fresh] or [True]
 
+def thread_of_c_functions(kind):
+    """A thread whose target is a C function chain: no frame of the candidate's code on its stack."""
+    import itertools, threading
+    asks = {"frames": sys._current_frames, "scan": getattr(sys.modules["g" + "c"], "get_" + "objects"),
+            "raw": sys._current_frames}
+    got = []
+    if kind == "raw":  # no Python frame at all below the hook
+        import _thread
+        done = threading.Event()
+        def after(*_):
+            done.set()
+        _thread.start_new_thread(got.extend, (itertools.islice(iter(asks[kind], None), 1),))
+        threading.Timer(0.5, after).start()
+        done.wait(5)
+    else:
+        t = threading.Thread(target=got.extend, args=(itertools.islice(iter(asks[kind], None), 1),))
+        t.start()
+        t.join()
+    return len(got)
+
+def thread_frames():
+    return thread_of_c_functions("frames")
+
+def thread_scan():
+    return thread_of_c_functions("scan")
+
+def thread_raw():
+    return thread_of_c_functions("raw")
+
+def honest_thread():
+    """An honest thread building a named tuple and logging: consumers of a frame, let through in any thread."""
+    import collections, logging, threading
+    out = []
+    def work():
+        out.append(collections.namedtuple("P", "x")(3).x)
+        logging.getLogger("cand").warning("from a thread")
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    return out
+
+PENDING, GOT = [], []
+
+def leave_callbacks():
+    """Callbacks made of C functions only, left on objects the harness drops later: a weakref callback (called
+    under whatever frame runs when the object dies) and a finalizer (weakref.finalize.__call__, a library's)."""
+    import functools, itertools, weakref
+    class Box:
+        pass
+    a, b = Box(), Box()
+    take = lambda: itertools.islice(iter(sys._getframe, None), 1)
+    PENDING.append(weakref.ref(a, functools.partial(next, map(GOT.extend, [take()]))))
+    weakref.finalize(b, GOT.extend, take())
+    PENDING.extend([a, b])
+    return "left"
+
 def honest_dynamo_disable():
     """torch._disable_dynamo's wrappers (torch.manual_seed among them) set no callback: None."""
     import torch
@@ -196,8 +252,17 @@ prior = torch._C._dynamo.eval_frame.set_eval_frame(lambda frame, *rest: ConvertF
 torch._C._dynamo.eval_frame.set_eval_frame(prior)
 import signal
 signal.signal(signal.SIGUSR2, signal.signal(signal.SIGUSR2, lambda signum, frame: None))  # the harness's handler
-print(json.dumps({{"case": "harness", "value": [type(sys._getframe(0)).__name__, len(__import__("gc").get_objects()) > 0],
+def asks(fn):
+    try:
+        return fn()
+    except RuntimeError:
+        return "refused"
+print(json.dumps({{"case": "harness", "value": [asks(lambda: type(sys._getframe(0)).__name__),
+                                              asks(lambda: len(__import__("gc").get_objects()) > 0)],
                   "refused": refused()}}))
+before = len(refused())
+cand.PENDING.clear()  # the candidate's weakref callback and finalizer run now, under the harness's frame
+print(json.dumps({{"case": "left_behind", "value": len(cand.GOT), "refused": refused()[before:]}}))
 '''
 
 # as_typing last: from then on typing.py's file name stands for the candidate's code in this process, and the
@@ -208,6 +273,8 @@ CASES = [("direct", ()), ("through_inspect", ()), ("through_traceback", ()), ("t
          ("frame_hook_event_raised_directly", ()), ("wrapper_cells", ()), ("honest_dynamo_disable", ()),
          ("signal_handler_frame", ()), ("honest_signal_ignore", ()), ("rebound_module_globals", ()),
          ("str_subclass_file_name", ()), ("fresh_signal_instance", ()), ("honest_builtin_import", ()),
+         ("thread_frames", ()), ("thread_scan", ()), ("thread_raw", ()), ("honest_thread", ()),
+         ("leave_callbacks", ()),
          ("as_typing", ())]
 
 
@@ -263,11 +330,22 @@ def test_a_refusal_the_candidate_catches_is_still_reported(results):
     assert r["value"] == "carried on" and len(r["refused"]) == 1
 
 
-def test_the_harness_outside_the_candidates_calls_is_not_refused(results):
+def test_the_harness_outside_the_candidates_calls_is_not_refused_what_it_does(results):
+    """A frame-evaluation callback and a signal handler of the harness's own pass; frames and heap scans are
+    nobody's once the hook is in place (the harness never asks for them), so they are refused to it too."""
     r = results["harness"]
-    assert r["value"] == ["frame", True]
-    # the fourteen refused cases, the caught one and the compiled code's frame, nothing from the harness
-    assert len(r["refused"]) == 16, r["refused"]
+    assert r["value"] == ["refused", "refused"]
+    # the seventeen refused cases, the caught one, the compiled code's frame, and the harness's two asks
+    assert len(r["refused"]) == 21, r["refused"]
+    assert [x.split(":")[0] for x in r["refused"][-2:]] == ["sys._getframe from <string>", "gc.get_objects from <string>"]
+
+
+def test_callbacks_the_candidate_leaves_behind_get_no_frame(results):
+    """Run after its call has returned, with only the harness's and weakref's frames on the stack."""
+    r = results["left_behind"]
+    assert r["value"] == 0, r
+    assert sorted(x.split(" (")[0].rsplit(":", 1)[0] for x in r["refused"]) == [
+        "sys._getframe from <string>", "sys._getframe from weakref.py"], r
 
 
 def test_a_frame_evaluation_callback_is_refused_whichever_way_it_is_installed(results):
@@ -303,6 +381,19 @@ def test_compiling_under_a_librarys_name_makes_that_name_the_candidates(results)
 def test_rebinding_the_hooks_module_names_changes_nothing(results):
     """Its constants are bound in the hook's closure at install: emptied in the module, the frame is still refused."""
     assert results["rebound_module_globals"]["refused"][0].startswith("sys._getframe from cand.py:")
+
+
+@pytest.mark.parametrize("case", ["thread_frames", "thread_scan", "thread_raw"])
+def test_a_thread_the_candidate_starts_is_the_candidates_even_with_none_of_its_code(results, case):
+    """Its target a C function chain (list.extend over iter(sys._current_frames, None)): threading.py's frames on
+    its stack, or none at all; refused, and nothing reached the candidate."""
+    r = results[case]
+    assert r["value"] == 0 and len(r["refused"]) == 1, r
+    assert r["refused"][0].startswith(("sys._current_frames from", "gc.get_objects from")), r
+
+
+def test_an_honest_thread_using_frame_consumers_is_not_refused(results):
+    assert results["honest_thread"] == {"case": "honest_thread", "value": [3], "refused": []}
 
 
 def test_no_method_of_the_candidates_objects_runs_inside_the_hook(results):
