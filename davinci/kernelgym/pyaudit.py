@@ -22,7 +22,9 @@ compiled itself), the hook refuses (raises `RuntimeError` before the operation r
   lazily during a first forward). The functions that only pass a frame on (`inspect`, `traceback.walk_stack` and
   `walk_tb`, `logging.currentframe`) are looked through to the code that asked them. Both are known by
   their code objects, taken at install time, never by file name: code the candidate compiles under a
-  library's file name is another object;
+  library's file name is another object. A consumer is trusted only as it was at install (`consumer_snapshots`:
+  its own module's namespace, the globals and builtins it names, its module's classes' attributes), since it
+  hands the frame on to them;
 - a garbage-collector scan, `sys._current_frames`, `sys.settrace`, `sys.setprofile`, and a FRAME_HANDING function
   called with a callable (a frame-evaluation callback, a signal handler);
 - ctypes reading or writing memory at an address or calling a foreign function.
@@ -96,7 +98,8 @@ CONSUMERS = (("collections", "namedtuple"), ("enum", "EnumType._create_"), ("enu
 CONSUMER_MODULES = ("traceback",)
 # functions that hand a frame on to their caller: looked through to the code that called them
 PASSER_MODULES = ("inspect",)
-PASSING = (("traceback", "walk_stack"), ("traceback", "walk_tb"), ("logging", "currentframe"))
+PASSING = (("traceback", "walk_stack"), ("traceback", "walk_tb"), ("traceback", "_walk_tb_with_full_positions"),
+           ("logging", "currentframe"))  # (a generator that yields frames passes them on: c2_hp_rt14_walk_tb_*)
 LIMIT = 32  # refusals kept (the first ones say what happened)
 
 
@@ -133,21 +136,59 @@ def _resolve(module: str, path: str) -> Any:
         return None
 
 
-def trusted_codes() -> tuple[frozenset, frozenset, frozenset]:
-    """(consumers, passers, import machinery): code objects, taken now (before the candidate exists)."""
+def _namespaces(obj: Any) -> dict[types.CodeType, dict]:
+    """Each code object of `_codes(obj)` with the globals its functions run with (a module's own namespace)."""
+    if isinstance(obj, types.ModuleType):
+        return dict.fromkeys(_codes(obj), vars(obj))
+    fn = getattr(obj, "__func__", obj)
+    space = getattr(fn, "__globals__", None)
+    if space is None and isinstance(obj, type):
+        space = vars(sys.modules[obj.__module__])
+    return dict.fromkeys(_codes(obj), space)
+
+
+def consumer_snapshots(spaces: dict[types.CodeType, dict]) -> dict[types.CodeType, tuple]:
+    """For each consumer's code: (its globals, the (name, value) pairs of the globals it names, the builtins'
+    namespace, the pairs of the builtins it names, its `__builtins__`, its module's classes' attributes).
+    A consumer is trusted with a frame only while it runs in its own module's namespace and calls what it called
+    at install: run under the candidate's globals (`types.FunctionType(code, globals)`) or with a name it calls
+    rebound, it would hand the frame on to the candidate's code (c2_hp_rt14_findcaller_*)."""
+    out, classes = {}, {}
+    for code, space in spaces.items():
+        if space is None:
+            continue
+        if id(space) not in classes:  # the classes its module defines, attribute by attribute (a consumer hands
+            # frames to their methods: traceback.extract_stack to StackSummary.extract, c2_hp_rt14_consumer_callee_*)
+            classes[id(space)] = tuple((vars(c), tuple(vars(c).items())) for c in list(space.values())
+                                       if isinstance(c, type) and c.__module__ == space.get("__name__"))
+        holder = space.get("__builtins__")
+        table = vars(holder) if isinstance(holder, types.ModuleType) else holder
+        names = set(code.co_names)
+        own = tuple((n, space[n]) for n in names if n in space)
+        built = tuple((n, table[n]) for n in names if n not in space and isinstance(table, dict) and n in table)
+        out[code] = (space, own, table, built, holder, classes[id(space)])
+    return out
+
+
+def trusted_codes() -> tuple[dict, frozenset, frozenset]:
+    """(consumers with their namespaces, passers, import machinery): code objects, taken now (before the
+    candidate exists)."""
     passers = set().union(*(_codes(importlib.import_module(m)) for m in PASSER_MODULES))
     for module, path in PASSING:
         obj = _resolve(module, path)
         if obj is not None:
             passers |= _codes(obj)
-    consumers = set().union(*(_codes(importlib.import_module(m)) for m in CONSUMER_MODULES)) - passers
+    consumers: dict[types.CodeType, dict] = {}
+    for m in CONSUMER_MODULES:
+        consumers.update(_namespaces(importlib.import_module(m)))
+    consumers = {c: g for c, g in consumers.items() if c not in passers}
     for module, path in CONSUMERS:
         obj = _resolve(module, path)
         if obj is not None:
-            consumers |= _codes(obj)
+            consumers.update(_namespaces(obj))
     bootstrap = sys.modules.get("_frozen_importlib")
     loading = {bootstrap._find_and_load.__code__} if bootstrap is not None else set()
-    return frozenset(consumers), frozenset(passers), frozenset(loading)
+    return consumer_snapshots(consumers), frozenset(passers), frozenset(loading)
 
 
 def guard_frame_hooks() -> tuple[dict[str, Any], types.CodeType | None]:
@@ -282,6 +323,7 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
     frame_hook, create_builtin, limit = FRAME_HOOK, CREATE_BUILTIN, LIMIT
     handing_modules = frozenset(m for m, _ in FRAME_HANDING)
     harness_files: dict[str, bool] = {}
+    missing = object()  # a namespace's answer for a name it does not hold
     # the threads that exist now are the harness's; one started later runs only what the candidate (or a library on
     # its behalf) gave it, so its whole stack counts as called by the candidate, even with no frame of the
     # candidate's code on it (a thread whose target is a C function: cheats_v2/c2_hp_rt13_thread_*)
@@ -294,14 +336,37 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
         except type_error:
             return None
 
-    def stack(frame: Any) -> list[types.CodeType]:
-        codes = []
+    def stack(frame: Any) -> tuple[list[types.CodeType], list[Any]]:
+        codes, spaces = [], []
         while frame is not None:
             codes.append(frame.f_code)
+            spaces.append(frame.f_globals)
             frame = frame.f_back
-        return codes
+        return codes, spaces
 
-    def caller_codes(depth: int) -> list[types.CodeType]:
+    def consumer(code: types.CodeType, space: Any) -> bool:
+        """A frame consumer running in its own namespace and calling what it called at install."""
+        found = consumers.get(code)
+        if found is None or space is not found[0]:
+            return False
+        for name, value in found[1]:
+            if space.get(name, missing) is not value:
+                return False
+        table = found[2]
+        if space.get("__builtins__", missing) is not found[4]:
+            return False
+        for name, value in found[3]:
+            if table.get(name, missing) is not value:
+                return False
+        for attributes, pairs in found[5]:
+            if len(attributes) != len(pairs):
+                return False
+            for name, value in pairs:
+                if attributes.get(name, missing) is not value:
+                    return False
+        return True
+
+    def caller_codes(depth: int) -> tuple[list[types.CodeType], list[Any]]:
         me = thread_id()
         inside.add(me)
         try:
@@ -328,7 +393,7 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
             found = harness_files[name] = name.startswith("/") and resolve(name).startswith(harness)
         return found
 
-    def verdict(event: str, args: tuple, codes: list[types.CodeType]) -> str | None:
+    def verdict(event: str, args: tuple, codes: list[types.CodeType], spaces: list[Any]) -> str | None:
         at = None
         for i, c in enumerate(codes):
             if candidate(c):
@@ -365,8 +430,12 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
         where = f"{label} from {(text(code.co_filename) or '?').rsplit('/', 1)[-1]}:{code.co_firstlineno} ({code.co_name})"
         if event in always:
             return where
-        if asker < at and (code in consumers or any(c in loading for c in codes[asker:at])):
-            return None  # a library reading a module name, or a library module's own import
+        if asker < at and consumer(code, spaces[asker]):
+            return None  # a library reading a module name from the frame
+        if asker < at and not (text(code.co_filename) or "").startswith("<frozen importlib") and any(
+                c in loading for c in codes[asker:at]):
+            return None  # a library module's own import (never the import system's own code: what it asks for
+            # goes to the finders and the module objects, which may be the candidate's: c2_hp_rt14_import_path_*)
         return where
 
     def refuse(reason: str) -> None:
@@ -393,7 +462,9 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
                 refuse(f"{name} with an argument that is not a module spec")
             call_args, risky = (namespace(name=spec),), spec in handing_modules
         if risky:
-            reason = verdict(frame_hook, (name,), [c for c in caller_codes(2) if c is not wrapper_code])
+            codes, spaces = caller_codes(2)
+            keep = [i for i, c in enumerate(codes) if c is not wrapper_code]
+            reason = verdict(frame_hook, (name,), [codes[i] for i in keep], [spaces[i] for i in keep])
             if reason:
                 what = f"making a new {call_args[0].name}" if name == create_builtin else "with a callback"
                 refuse(f"{name} {what}{reason[len(frame_hook):]}")
@@ -407,7 +478,8 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
             return
         if event == "sys._getframe" and thread_id() in inside:  # the hook's own getframe (caller_codes)
             return
-        reason = verdict(event, args, caller_codes(1))
+        codes, spaces = caller_codes(1)
+        reason = verdict(event, args, codes, spaces)
         if reason:
             refuse(reason)
 

@@ -206,6 +206,62 @@ def honest_thread():
     t.join()
     return out
 
+def consumer_under_own_globals():
+    """logging's findCaller (a consumer) run with the candidate's globals: its frame walk handed to the candidate."""
+    import logging, types
+    got = []
+    space = dict(vars(logging))
+    space["_is_internal_frame"] = lambda f: got.append(f) or True
+    fn = types.FunctionType(logging.Logger.findCaller.__code__, space)
+    try:
+        fn(logging.getLogger("x"), False, 100)
+    except RuntimeError:
+        pass
+    return len(got)
+
+def consumer_callee_rebound():
+    """traceback.extract_stack (a consumer) hands walk_stack(f) to StackSummary.extract, replaced for the call."""
+    import traceback
+    got, prior = [], vars(traceback.StackSummary)["extract"]
+    def take(cls, frames, **kwargs):
+        got.extend(f for f, _ in frames)
+        return prior.__func__(cls, iter(()), **kwargs)
+    traceback.StackSummary.extract = classmethod(take)
+    try:
+        traceback.extract_stack()
+    except RuntimeError:
+        pass
+    finally:
+        traceback.StackSummary.extract = prior
+    return len(got)
+
+def frames_yielded_by_traceback():
+    import traceback
+    try:
+        raise ValueError
+    except ValueError as exc:
+        return [type(f).__name__ for f, _ in traceback._walk_tb_with_full_positions(exc.__traceback__)]
+
+def import_system_asks():
+    """A package in sys.modules whose __path__ is sys._getframe: read by the import system's own code."""
+    class Parent(int):
+        __path__ = property(sys._getframe)
+        __spec__ = None
+    sys.modules["fake_parent_pkg"] = Parent(0)
+    try:
+        __import__("fake_parent_pkg.sub")
+    except ModuleNotFoundError:
+        return "not found"
+    finally:
+        del sys.modules["fake_parent_pkg"]
+
+def honest_format_exc():
+    import traceback
+    try:
+        raise ValueError("x")
+    except ValueError:
+        return traceback.format_exc().splitlines()[-1]
+
 PENDING, GOT = [], []
 
 def leave_callbacks():
@@ -274,7 +330,8 @@ CASES = [("direct", ()), ("through_inspect", ()), ("through_traceback", ()), ("t
          ("signal_handler_frame", ()), ("honest_signal_ignore", ()), ("rebound_module_globals", ()),
          ("str_subclass_file_name", ()), ("fresh_signal_instance", ()), ("honest_builtin_import", ()),
          ("thread_frames", ()), ("thread_scan", ()), ("thread_raw", ()), ("honest_thread", ()),
-         ("leave_callbacks", ()),
+         ("leave_callbacks", ()), ("consumer_under_own_globals", ()), ("consumer_callee_rebound", ()),
+         ("frames_yielded_by_traceback", ()), ("import_system_asks", ()), ("honest_format_exc", ()),
          ("as_typing", ())]
 
 
@@ -300,7 +357,8 @@ def results(tmp_path_factory) -> dict[str, dict]:
                                   "through_generator", "gc_scan", "as_typing", "imports_own_module",
                                   "eval_frame_callback", "eval_frame_from_dynamo_module",
                                   "frame_hook_event_raised_directly", "signal_handler_frame",
-                                  "rebound_module_globals", "fresh_signal_instance"])
+                                  "rebound_module_globals", "fresh_signal_instance", "frames_yielded_by_traceback",
+                                  "import_system_asks"])
 def test_the_candidates_code_is_refused_a_frame_or_a_scan(results, case):
     r = results[case]
     assert "kernelgym refuses" in r.get("error", ""), r
@@ -335,8 +393,8 @@ def test_the_harness_outside_the_candidates_calls_is_not_refused_what_it_does(re
     nobody's once the hook is in place (the harness never asks for them), so they are refused to it too."""
     r = results["harness"]
     assert r["value"] == ["refused", "refused"]
-    # the seventeen refused cases, the caught one, the compiled code's frame, and the harness's two asks
-    assert len(r["refused"]) == 21, r["refused"]
+    # the twenty-one refused cases, the caught one, the compiled code's frame, and the harness's two asks
+    assert len(r["refused"]) == 25, r["refused"]
     assert [x.split(":")[0] for x in r["refused"][-2:]] == ["sys._getframe from <string>", "gc.get_objects from <string>"]
 
 
@@ -445,3 +503,25 @@ def test_the_resolver_agrees_with_realpath(tmp_path):
     for path in [f"{tmp_path}/abs/f.py", f"{tmp_path}/rel/../deep/./f.py", f"{tmp_path}//real/up/abs/f.py",
                  f"{tmp_path}/missing/../abs/f.py", f"{tmp_path}/abs/missing/x.py", "/", sys.executable]:
         assert resolve(path) == os.path.realpath(path), path
+
+
+@pytest.mark.parametrize("case", ["consumer_under_own_globals", "consumer_callee_rebound"])
+def test_a_consumer_is_trusted_only_as_it_was_at_install(results, case):
+    """Its own namespace, the globals and builtins it calls, its module's classes' attributes: otherwise the
+    frame it takes would go on to the candidate's code. Refused, and nothing reached the candidate."""
+    r = results[case]
+    assert r["value"] == 0 and len(r["refused"]) == 1, r
+
+
+def test_frames_yielded_by_a_traceback_generator_are_refused(results):
+    r = results["frames_yielded_by_traceback"]
+    assert "kernelgym refuses .tb_frame" in r.get("error", ""), r
+
+
+def test_the_import_systems_own_code_gets_no_frame(results):
+    r = results["import_system_asks"]
+    assert r["refused"] and r["refused"][0].startswith("sys._getframe from <frozen importlib._bootstrap>"), r
+
+
+def test_format_exc_still_gives_text(results):
+    assert results["honest_format_exc"] == {"case": "honest_format_exc", "value": "ValueError: x", "refused": []}
