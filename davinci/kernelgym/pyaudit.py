@@ -346,6 +346,7 @@ def install(candidate_files: Iterable[str], writable: Iterable[str] = ()) -> Cal
 
     def consumer(code: types.CodeType, space: Any) -> bool:
         """A frame consumer running in its own namespace and calling what it called at install."""
+        # consumer_snapshots' tuple, read by position: a named type would be a class the candidate can reach
         found = consumers.get(code)
         if found is None or space is not found[0]:
             return False
