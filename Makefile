@@ -1,6 +1,6 @@
 # daVinci-kernel: every set-up step lives here, so `make run` / `make test` work on a fresh machine.
 #   make run      create .venv, install, run the whole pipeline on the tiny profile (CPU)
-#   make test     create .venv, install, run the test suite
+#   make test     create .venv, install, run the test suite (its 40 slowest steps listed at the end)
 #   make ui       MLflow UI on the project's store
 PYTHON ?= python3
 VENV   := .venv
@@ -31,7 +31,7 @@ run: venv
 	$(BIN)/davinci-kernel run --profile $(PROFILE)
 
 test: venv
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=40 $(PYTEST_ARGS)
 
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow and not integration" $(PYTEST_ARGS)

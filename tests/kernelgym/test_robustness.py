@@ -28,7 +28,7 @@ def marked_processes(ev: Evaluator) -> list[psutil.Process]:
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory, make_config):
-    ev = Evaluator(make_config(tmp_path_factory.mktemp("kg-quick"), compile_timeout_s=4.0, run_timeout_s=2.0,
+    ev = Evaluator(make_config(tmp_path_factory.mktemp("kg-quick"), compile_timeout_s=8.0, run_timeout_s=5.0,
                                measure_performance=False))
     yield ev
     ev.close()
