@@ -38,12 +38,16 @@ glue (allocation, `view`, `contiguous`, `cat`, `copy_`, dtype casts) is untouche
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from typing import Any, Mapping, Sequence
 
+import numpy as np  # bound at import, never through sys.modules at call time (see provenance.py)
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
+
+from davinci.kernelgym.provenance import observed_call
 
 # Bound when the harness imports this module, before any candidate code runs: the candidate shares torch.Tensor,
 # and a fill_ that writes nothing set on it would hide its PyTorch work from the poison (guards.changed reports it).
@@ -195,8 +199,6 @@ class PoisonMode(TorchDispatchMode):
     def _derive(self, args: Any, kwargs: Any, out: Any) -> None:
         """A glue op's outputs hold the inputs' values when its tensor arguments do (a copy, a cast, a pad; not an
         allocation like `empty_like(x)`, see FRESH). In place: NumPy writing into such a copy is not seen."""
-        from torch.utils._pytree import tree_leaves
-
         ins = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
         if any(_overlaps(_extent(t), self.derived) for t in ins):
             self.derived += [_extent(t) for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
@@ -233,8 +235,6 @@ class PoisonMode(TorchDispatchMode):
 
     def _run(self, func: Any, args: Any, kwargs: Any) -> Any:
         if is_custom(func) and self.provenance is not None:  # its body runs with this mode popped: observe it
-            from davinci.kernelgym.provenance import observed_call
-
             return observed_call(func, args, kwargs, self.provenance)
         return func(*args, **(kwargs or {}))
 
@@ -287,8 +287,6 @@ HIDDEN_MARK = "kernelgym::dispatched"
 def plain_load(load: Any) -> Any:
     """`read(builder, ptrs, mask)`: the interpreter's masked load with no `other`, no cache or eviction hints and
     not volatile, whatever its trailing parameters are called in this Triton release."""
-    import inspect
-
     load = inspect.unwrap(load)  # Triton's own method under any recorder's wrapper (a second install)
     names = list(inspect.signature(load).parameters)[1:]  # after the builder
     if names[:2] != ["ptrs", "mask"]:
@@ -341,8 +339,6 @@ class StoreRecorder:
 
         def create_masked_store(builder: Any, ptrs: Any, value: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
             if rec.recording:
-                import numpy as np
-
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
                 if rec._room(int(keep.sum()) * 16):  # the lanes recorded, not the masked-off ones
                     vals = np.broadcast_to(value.data, ptrs.data.shape)
@@ -351,8 +347,6 @@ class StoreRecorder:
 
         def create_masked_load(builder: Any, ptrs: Any, mask: Any, *rest: Any, **kw: Any) -> Any:
             if rec.recording:
-                import numpy as np
-
                 keep = np.broadcast_to(mask.data, ptrs.data.shape).astype(bool)
                 if rec._room(int(keep.sum()) * 8):
                     rec._load(ptrs.data[keep].astype(np.int64).ravel())
@@ -373,7 +367,6 @@ class StoreRecorder:
         rmw, cas, rec = builder_cls.create_atomic_rmw, builder_cls.create_atomic_cas, self
 
         def record(builder: Any, ptrs: Any, mask: Any) -> None:
-            import numpy as np
             import triton.language as tl
             from triton.runtime.interpreter import TensorHandle
 
@@ -430,7 +423,6 @@ class StoreRecorder:
         ((start, bytes, element size) of the inputs and of the copies PyTorch's glue made of them), capped at 1.
         A kernel that only copies an answer computed elsewhere (NumPy, PyTorch with the dispatch mode switched
         off, another thread) reads none of them."""
-        import numpy as np
 
         if not elements or not ranges or self.overflow:
             return None
@@ -453,7 +445,6 @@ class StoreRecorder:
         at the same element of the source of a bit-exact glue copy the output is (`copies`: (copy, source)
         pairs, PoisonMode's): either counts, so a kernel that updates a copy in place (`x.clone()` then an
         in-place kernel) and a glue copy of a kernel's buffer (`buf[:, :n].contiguous()`) are both its work."""
-        import numpy as np
 
         if self.overflow:  # a partial record would undercount the kernels' stores
             return None
@@ -482,7 +473,6 @@ class StoreRecorder:
 
     def _last_stores(self, size: int, utype: Any) -> tuple[Any, Any] | None:
         """(sorted unique addresses, the last value stored at each) of the recorded stores of this element size."""
-        import numpy as np
 
         pairs = [(a, v.view(utype)) for a, v in self.stores if v.dtype.itemsize == size]
         if not pairs:
@@ -495,7 +485,6 @@ class StoreRecorder:
 
 def _stored_here(view: torch.Tensor, values: Any, uniq: Any, last: Any) -> Any:
     """[N] bool: whether the last value a kernel stored at each element's address in `view` is `values`' value."""
-    import numpy as np
 
     addrs = _addresses(view)
     idx = np.clip(np.searchsorted(uniq, addrs), 0, len(uniq) - 1)
@@ -504,7 +493,6 @@ def _stored_here(view: torch.Tensor, values: Any, uniq: Any, last: Any) -> Any:
 
 def _addresses(view: torch.Tensor) -> Any:
     """[N] the byte address of each element of `view`, in its logical (row-major) order."""
-    import numpy as np
 
     if not view.dim():
         return np.array([view.data_ptr()], dtype=np.int64)
@@ -516,7 +504,6 @@ def _addresses(view: torch.Tensor) -> Any:
 def _credit_pieces(leaf: torch.Tensor, values: Any, hit: Any, copies: Sequence[tuple[Any, Any]], last: Any) -> None:
     """Mark in `hit` [N] the elements of `leaf` that a glue copy into a piece of it (`torch.cat`'s and
     `torch.stack`'s slices) took from an element a kernel stored with the same value."""
-    import numpy as np
 
     pieces = [(d, src) for d, src in copies if d.numel() < leaf.numel() and d.dtype == leaf.dtype
               and d.untyped_storage().data_ptr() == leaf.untyped_storage().data_ptr()]

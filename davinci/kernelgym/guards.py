@@ -3,7 +3,9 @@
 Everything here is captured *before* the candidate is imported and re-checked after it ran:
 - `capture()` / `changed()`: identities of the functions the harness and the timers rely on (clocks,
   events, synchronize, comparison helpers, nn.Module.__call__, os._exit, the socket and json functions,
-  Triton's launch entry points). A candidate that reassigns any of them is reported by label.
+  Triton's launch entry points). A candidate that reassigns any of them is reported by label. `capture()` also
+  seals the harness's namespaces (`seals.py`, called from the integrity request as `captured["seals"]()`): a write
+  to one that was undone before integrity is reported too.
 - `global_state()`: numerics and speed flags (TF32, cuDNN benchmark/deterministic, matmul precision,
   default dtype, CPU threads). Flipping one makes the candidate's torch ops faster or less precise than
   the baseline's, which runs in a clean process.
@@ -29,6 +31,8 @@ from time import perf_counter as _clock
 from typing import Any, Callable
 
 import torch
+
+from davinci.kernelgym import seals
 
 
 def _triton_attr(path: str) -> Callable[[], Any]:
@@ -120,6 +124,9 @@ def capture() -> dict[str, Any]:
     out.update({f"code:{label}": (fn, fn.__code__) for label, fn in list(out.items()) if hasattr(fn, "__code__")})
     out.update(_harness_functions())
     out.update(_shared_tables())
+    # every write to the harness's namespaces from here on, even one undone before integrity (seals.py); the
+    # integrity request calls it from this dict, not through this module
+    out["seals"] = seals.seal()
     return out
 
 

@@ -11,17 +11,20 @@ imports it.
 
 from __future__ import annotations
 
+import inspect
+import marshal
 import types
 from hashlib import blake2b as _blake2b  # bound when the harness imports this, before any candidate code runs
 from typing import Any
+
+import numpy as np  # bound at import, never through sys.modules at call time (see provenance.py)
+
 
 def kernel_name(kernel: Any) -> str:
     return getattr(getattr(kernel, "fn", None), "__name__", type(kernel).__name__)
 
 
 def kernel_params(kernel: Any) -> list[str]:
-    import inspect
-
     try:
         return list(inspect.signature(kernel.fn).parameters)
     except (TypeError, ValueError, AttributeError):
@@ -36,8 +39,6 @@ def code_digest(kernel: Any, args: Any, kwargs: Any, key: bytes) -> bytes:
     source per call (code generated at run time), rebound into a `tl.constexpr` global
     (cheats_v2/c2_fb_rt6_constexpr_global_hinge) or into the rewrite's defaults (c2_fb_rt6_constexpr_default_hinge)
     makes it change with the inputs."""
-    import marshal
-
     fn = getattr(kernel, "fn", None)
     h = _blake2b(key=key, digest_size=16)
     seen: set[int] = set()
@@ -96,8 +97,6 @@ def canonical(value: Any, depth: int = 0) -> Any:
     if value is None:
         return "None"
     if numpy_scalar(value):
-        import numpy as np
-
         return f"{type(value).__name__}:{np.ndarray.tobytes(np.array([value], dtype=type(value))).hex()}"
     if isinstance(value, (tuple, list)) and depth < 4:
         return tuple(canonical(v, depth + 1) for v in value)

@@ -66,13 +66,18 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import types
+from collections import deque
 from contextlib import contextmanager
 from hashlib import blake2b as _blake2b  # bound when the harness imports this, before any candidate code runs
 # bound when the harness imports this module, before a candidate can rebind time.perf_counter
 from time import perf_counter as _clock
 from typing import Any, Iterable, Iterator
 
+# NumPy and every other module the record uses are bound here, at import: an import at call time goes through
+# sys.modules, which the candidate can swap for the length of a launch (cheats_v2/c2_fb_rt15_lazy_import_numpy_relu)
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -124,7 +129,6 @@ def _array(a: Any) -> tuple[int, int, int] | None:
 
 def _read(start: int, nbytes: int) -> Any:
     """[nbytes] uint8: a copy of the memory at `start`."""
-    import numpy as np
 
     return np.frombuffer((ctypes.c_char * nbytes).from_address(start), dtype=np.uint8).copy()
 
@@ -214,7 +218,6 @@ class Provenance:
     def snapshot(self, roots: Iterable[Any]) -> int:
         """Vouch for every tensor and NumPy array reachable from `roots`, in their order (inputs first), through
         modules, containers and object attributes; returns how many storages."""
-        from collections import deque
 
         t0 = _clock()
         seen: set[int] = set()
@@ -426,7 +429,6 @@ class Provenance:
         """The distinct addresses a launch loaded: outside every extent recorded before it they count (values of
         unknown origin); a recorded extent it loaded from must still hold what its writer left (it may have been
         reached by pointer arithmetic, past every argument check)."""
-        import numpy as np
 
         if not loads:
             return
@@ -463,7 +465,6 @@ class Provenance:
         """Each argument's memory after the launch must be its memory before with the kernel's recorded stores
         applied, in order: anything else changed it meanwhile (Python or NumPy run from inside the interpreted
         kernel, a thread). Returns, per argument, which of its bytes the kernel stored ([nbytes] bool)."""
-        import numpy as np
 
         stored = {}
         for start, nbytes, size, _ in extents:
@@ -553,7 +554,6 @@ def observed_call(func: Any, args: Any, kwargs: Any, provenance: Provenance) -> 
 
 def module_globals(model: Any) -> dict[str, Any]:
     """The globals of the module that defines the model's class (the candidate's module), for `snapshot`."""
-    import sys
 
     module = sys.modules.get(type(model).__module__)
     return dict(vars(module)) if module is not None else {}

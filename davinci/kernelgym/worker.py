@@ -594,7 +594,8 @@ class Harness:
         return {"ok": True, "kernels": _profiled_kernels(prof.events())}, []
 
     def op_integrity(self, h: dict[str, Any], blobs: list[Any]) -> tuple[dict[str, Any], list[Any]]:
-        return {"ok": True, "patched": guards.changed(self.refs) + guards.objects_changed(self.objects0),
+        written = [f"{label} (namespace written during the evaluation)" for label in self.refs["seals"]()]
+        return {"ok": True, "patched": written + guards.changed(self.refs) + guards.objects_changed(self.objects0),
                 "state_changed": guards.state_diff(self.state0, guards.global_state()),
                 "threads": [*self.threads0, *guards.thread_counts()], "refused": self.refused()}, []
 

@@ -36,9 +36,10 @@ def _preload(opts: dict) -> dict[str, str]:
     import torch.nn.functional  # noqa: F401
     import torch.utils.cpp_extension  # noqa: F401
 
-    from davinci.kernelgym import extcache
+    from davinci.kernelgym import extcache, seals
 
     extcache.install()  # a JIT extension already built from the same content is loaded, not rebuilt
+    seals.settle()  # NumPy's lazy submodules in its dict before any fork: the harness seals that dict (seals.py)
 
     # torch._dynamo rebinds `torch.manual_seed` when first imported (wrapping it to disable itself); import it
     # here so that happens before the harness captures the identities it later checks (patched_functions).
